@@ -1,0 +1,1 @@
+"""What measures: the vLLM emulator, workloads, the four-arm protocol, benchmarks."""

@@ -1,0 +1,1 @@
+"""The ``draftgate`` command line: one entry point, one module per subcommand."""
