@@ -17,6 +17,7 @@ from proxy.cli.errors import CliError
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "law": ("proxy.cli.law", "evaluate the Draft Law for one set of parameters"),
+    "explain": ("proxy.cli.explain", "estimate a request's output structure (S/R/F) and why"),
 }
 
 
@@ -47,6 +48,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # e.g. piped into head: not an error worth a traceback
+        sys.stderr.close()
+        return 141
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,63 @@
+"""Benchmark: ``estimate`` (with the shape digest) against ``json.loads`` of the same body.
+
+    python -m lab.bench_estimate [--rounds 2000]
+
+Bodies are distinct (a tool name differs in each), so nothing the estimator
+could cache is reused. Targets: ratio < 1.0 for a BFCL-sized request, < 2.0
+for 128 tools.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from policy.structure import estimate, shape_key
+
+SAMPLE = Path(__file__).parent / "workloads" / "bfcl_sample.jsonl"
+
+
+def bodies(template: dict[str, Any], tools: int, count: int) -> list[bytes]:
+    base_tools = template["tools"]
+    out = []
+    for i in range(count):
+        body = dict(template)
+        body["tools"] = [
+            {**base_tools[k % len(base_tools)], "function": {**base_tools[k % len(base_tools)]["function"],
+                                                              "name": f"tool_{i}_{k}"}}
+            for k in range(tools)
+        ]
+        out.append(json.dumps(body).encode())
+    return out
+
+
+def median_ns(fn, items: list[Any]) -> float:
+    times = []
+    for item in items:
+        start = time.perf_counter_ns()
+        fn(item)
+        times.append(time.perf_counter_ns() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2000)
+    args = parser.parse_args()
+    rows = [json.loads(line) for line in SAMPLE.open()]
+    template = next(r["request"] for r in rows if r["category"] == "multiple")
+    print(f"{'request':>22} {'json.loads':>12} {'estimate+digest':>16} {'ratio':>7} {'target':>7}")
+    for label, tools, target in (("BFCL-sized (3 tools)", len(template["tools"]), 1.0), ("128 tools", 128, 2.0)):
+        raw = bodies(template, tools, args.rounds)
+        parsed = [json.loads(b) for b in raw]
+        parse = median_ns(json.loads, raw)
+        est = median_ns(lambda body: (estimate(body), shape_key(body)), parsed)
+        print(f"{label:>22} {parse / 1000:>10.1f}us {est / 1000:>14.1f}us {est / parse:>7.2f} {'< ' + str(target):>7}")
+
+
+if __name__ == "__main__":
+    main()

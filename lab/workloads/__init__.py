@@ -1,0 +1,1 @@
+"""Workload data (committed) and the loaders for it."""

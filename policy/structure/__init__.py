@@ -1,0 +1,15 @@
+"""Request structure: how a request's output splits into schema-bound (S),
+reasoning (R) and free prose (F), estimated before it runs, measured after,
+and learned per request shape."""
+
+from policy.structure.estimator import ClassTokens, StructureEstimate, estimate
+from policy.structure.learner import StructureLearner, shape_key
+from policy.structure.measure import ObservedStructure, TextParts, TokenCounter, measure, measure_parts
+from policy.structure.priors import DEFAULT_PRIORS, StructurePriors
+from policy.structure.sampling import QWEN3_DEFAULTS, SamplingDefaults
+
+__all__ = [
+    "DEFAULT_PRIORS", "QWEN3_DEFAULTS", "ClassTokens", "ObservedStructure", "SamplingDefaults",
+    "StructureEstimate", "StructureLearner", "StructurePriors", "TextParts", "TokenCounter",
+    "estimate", "measure", "measure_parts", "shape_key",
+]

@@ -1,0 +1,471 @@
+"""Estimate, before a request runs, how its output splits into S, R and F.
+
+Every signal the request carries is read (DESIGN section 2 lists them): tools
+and tool_choice, response_format, vLLM's structured_outputs, the dead legacy
+guided_* fields, thinking switches, sampling settings, caps and the
+conversation so far. Anything a client can send yields an estimate: what
+cannot be understood is ignored and named in the reasons, never raised.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from policy.structure.priors import DEFAULT_PRIORS, StructurePriors
+from policy.structure.sampling import SamplingDefaults, effective, speculation_blockers
+from policy.structure.schema_length import SchemaWalk, expected_json_chars
+
+Endpoint = Literal["chat", "completions"]
+_LEGACY_GUIDED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")
+_EFFORTS = {"low", "medium", "high"}
+_NO_THINKING_EFFORTS = {"none", "minimal"}
+_WORD = re.compile(r"[a-z]{4,}")
+# Words too common to say whether a question concerns a tool; compared on 5-letter stems.
+_STOP_STEMS = frozenset(w[:5] for w in (
+    "what with from that this have will your about which their there would could should into than "
+    "then them they been were when where also some more most such only other over under using find "
+    "calculate give tell need want please"
+).split())
+
+
+@dataclass(frozen=True)
+class ClassTokens:
+    s: float = 0.0
+    r: float = 0.0
+    f: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.s + self.r + self.f
+
+    def as_dict(self) -> dict[str, float]:
+        return {"s": self.s, "r": self.r, "f": self.f}
+
+
+@dataclass(frozen=True)
+class StructureEstimate:
+    """What the gate knows of a request's output before it runs."""
+
+    w_s: float
+    w_r: float
+    w_f: float
+    expected_tokens: ClassTokens
+    reasons: tuple[str, ...]
+    temperature: float
+    temperature_from_default: bool
+    n: int
+    speculation_blockers: tuple[str, ...]
+    p_tool_call: float
+    prompt_tokens: float
+    constrained: bool  # output under a grammar: tool_choice required/named, JSON format, structured_outputs
+    thinking: bool
+
+    @property
+    def speculation_unsupported(self) -> bool:
+        return bool(self.speculation_blockers)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "w_s": self.w_s, "w_r": self.w_r, "w_f": self.w_f,
+            "expected_tokens": self.expected_tokens.as_dict(),
+            "reasons": list(self.reasons),
+            "temperature": self.temperature,
+            "temperature_from_default": self.temperature_from_default,
+            "n": self.n,
+            "speculation_blockers": list(self.speculation_blockers),
+            "p_tool_call": self.p_tool_call,
+            "prompt_tokens": self.prompt_tokens,
+            "constrained": self.constrained,
+            "thinking": self.thinking,
+        }
+
+
+@dataclass
+class _Draft:
+    """Accumulates the estimate while the signals are read."""
+
+    priors: StructurePriors
+    reasons: list[str] = field(default_factory=list)
+    schema_tokens: float = 0.0
+    prose_tokens: float = 0.0
+    reasoning_tokens: float = 0.0
+    p_call: float = 0.0
+    constrained: bool = False
+    thinking: bool = False
+
+    def note(self, reason: str) -> None:
+        if len(self.reasons) < 32:
+            self.reasons.append(reason)
+
+
+def estimate(
+    body: Any,
+    *,
+    priors: StructurePriors = DEFAULT_PRIORS,
+    defaults: SamplingDefaults | None = None,
+    endpoint: Endpoint = "chat",
+) -> StructureEstimate:
+    """Estimate the S/R/F split of the output ``body`` asks for; never raises."""
+    defaults = defaults or SamplingDefaults()
+    if not isinstance(body, dict):
+        body = {}
+        draft = _Draft(priors)
+        draft.note("request body is not a JSON object: estimated as prose")
+    else:
+        draft = _Draft(priors)
+    _read_thinking(body, draft)
+    if not _read_output_format(body, draft):
+        if endpoint == "chat":
+            _read_tools(body, draft)
+        else:
+            draft.prose_tokens = priors.prose_tokens
+            draft.note("completions request: a raw prompt is answered in prose")
+    _read_legacy(body, draft)
+    temperature, from_default = effective(body, "temperature", defaults)
+    if from_default:
+        draft.note(f"temperature omitted: pool default {temperature:g} applies")
+    n = body.get("n", 1)
+    n = n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else 1
+    if n > 1:
+        draft.note(f"n={n}: per-request speculation metrics are unavailable; plain pool preferred")
+    blockers = speculation_blockers(body, defaults, endpoint)
+    for blocker in blockers:
+        draft.note(f"{blocker}: vLLM will not speculate on this request")
+    tokens = _apply_cap(body, draft)
+    total = tokens.total
+    if total <= 0:
+        ws, wr, wf = 0.0, 0.0, 1.0
+    else:
+        ws, wr = tokens.s / total, tokens.r / total
+        wf = max(0.0, 1.0 - ws - wr)
+    return StructureEstimate(
+        w_s=ws, w_r=wr, w_f=wf,
+        expected_tokens=tokens,
+        reasons=tuple(draft.reasons),
+        temperature=temperature,
+        temperature_from_default=from_default,
+        n=n,
+        speculation_blockers=tuple(blockers),
+        p_tool_call=draft.p_call,
+        prompt_tokens=_prompt_tokens(body, endpoint, priors),
+        constrained=draft.constrained,
+        thinking=draft.thinking,
+    )
+
+
+# ------------------------------------------------------------------ signals
+
+
+def _read_thinking(body: dict[str, Any], draft: _Draft) -> None:
+    p = draft.priors
+    kwargs = body.get("chat_template_kwargs")
+    switch: bool | None = None
+    if isinstance(kwargs, dict):
+        for alias in ("enable_thinking", "thinking"):
+            value = kwargs.get(alias)
+            if isinstance(value, bool):
+                switch = value
+                draft.note(f"chat_template_kwargs.{alias}={str(value).lower()}")
+                break
+    elif kwargs is not None:
+        draft.note("chat_template_kwargs is not an object: ignored")
+    effort = body.get("reasoning_effort")
+    if isinstance(effort, str) and effort in _NO_THINKING_EFFORTS and switch is None:
+        switch = False
+        draft.note(f"reasoning_effort={effort}: no reasoning expected")
+    if switch is None and isinstance(effort, str) and effort in _EFFORTS:
+        switch = True
+    if "enable_thinking" in body and isinstance(body.get("enable_thinking"), bool):
+        draft.note("top-level enable_thinking is not read by vLLM (use chat_template_kwargs): ignored")
+    thinking = p.thinking_by_default if switch is None else switch
+    if switch is None and thinking:
+        draft.note("no thinking switch: the model thinks by default (priors.thinking_by_default)")
+    if not thinking:
+        return
+    draft.thinking = True
+    if isinstance(effort, str) and effort in _EFFORTS:
+        tokens = getattr(p, f"reasoning_tokens_{effort}")
+        draft.note(f"reasoning_effort={effort}: ~{tokens:.0f} reasoning tokens expected")
+    else:
+        tokens = p.reasoning_tokens_default
+        draft.note(f"thinking on: ~{tokens:.0f} reasoning tokens expected")
+    if body.get("include_reasoning") is False:
+        draft.note("include_reasoning=false hides the reasoning but the model still generates it")
+    draft.reasoning_tokens = tokens
+
+
+def _read_output_format(body: dict[str, Any], draft: _Draft) -> bool:
+    """JSON formats and structured outputs; True when they decide the answer's shape."""
+    p = draft.priors
+    structured = body.get("structured_outputs")
+    if isinstance(structured, dict):
+        for kind in ("json", "regex", "choice", "grammar", "structural_tag"):
+            if structured.get(kind) is None:
+                continue
+            value = structured[kind]
+            draft.constrained = True
+            if kind == "json":
+                schema = value if isinstance(value, dict) else {}
+                if isinstance(value, str):
+                    draft.note("structured_outputs.json given as a string: sized from priors")
+                draft.schema_tokens = _schema_tokens(schema, draft)
+            elif kind == "choice" and isinstance(value, list) and value:
+                longest = max(len(str(v)) for v in value[:256])
+                draft.schema_tokens = max(1.0, longest / p.text_chars_per_token)
+            elif kind == "regex":
+                draft.schema_tokens = p.regex_tokens
+            else:
+                draft.schema_tokens = p.grammar_tokens
+            draft.note(f"structured_outputs.{kind}: the answer is schema-bound (~{draft.schema_tokens:.0f} tokens)")
+            return True
+    elif structured is not None:
+        draft.note("structured_outputs is not an object: ignored")
+    fmt = body.get("response_format")
+    if isinstance(fmt, dict):
+        kind = fmt.get("type")
+        if kind == "json_schema":
+            spec = fmt.get("json_schema")
+            schema = spec.get("schema") if isinstance(spec, dict) else None
+            if not isinstance(schema, dict):
+                draft.note("response_format json_schema without a schema object: sized from priors")
+                schema = {}
+            draft.constrained = True
+            draft.schema_tokens = _schema_tokens(schema, draft) if schema else p.json_object_tokens
+            draft.note(f"response_format=json_schema: content is schema-bound (~{draft.schema_tokens:.0f} tokens)")
+            return True
+        if kind == "json_object":
+            draft.constrained = True
+            draft.schema_tokens = p.json_object_tokens
+            draft.note(f"response_format=json_object: content is JSON (~{p.json_object_tokens:.0f} tokens, prior)")
+            return True
+        if kind == "structural_tag":
+            draft.constrained = True
+            draft.schema_tokens = p.grammar_tokens
+            draft.note("response_format=structural_tag: tagged spans are schema-bound")
+            return True
+        if kind not in (None, "text"):
+            draft.note(f"response_format type {str(kind)[:40]!r} not understood: ignored")
+    elif fmt is not None:
+        draft.note("response_format is not an object: ignored")
+    return False
+
+
+def _read_tools(body: dict[str, Any], draft: _Draft) -> None:
+    p = draft.priors
+    tools = body.get("tools")
+    messages = body.get("messages")
+    after_tool, agent_called = _conversation(messages)
+    prose = p.prose_after_tool_tokens if after_tool else p.prose_tokens
+    if tools is None or tools == []:
+        draft.prose_tokens = prose
+        draft.note("no tools and no JSON format: prose" + (" answering a tool result" if after_tool else ""))
+        return
+    if not isinstance(tools, list):
+        draft.prose_tokens = prose
+        draft.note("tools is not a list: ignored, estimated as prose")
+        return
+    lengths = _tool_lengths(tools, draft)
+    if not lengths:
+        draft.prose_tokens = prose
+        draft.note("no usable tool definitions (each needs function.name): estimated as prose")
+        return
+    choice = body.get("tool_choice", "auto")
+    parallel = body.get("parallel_tool_calls", True) is not False
+    calls = 1.0 + (p.extra_parallel_calls if parallel and len(lengths) >= 1 else 0.0)
+    mean_call = sum(lengths.values()) / len(lengths)
+    if choice == "none":
+        draft.prose_tokens = prose
+        draft.note("tool_choice=none: tools are offered but not callable, prose")
+        return
+    if isinstance(choice, dict):
+        fn = choice.get("function")
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if isinstance(name, str) and name in lengths:
+            draft.constrained = True
+            draft.p_call = 1.0
+            draft.schema_tokens = lengths[name]
+            draft.note(f"tool_choice names {name[:60]!r}: whole output is that call (~{lengths[name]:.0f} tokens)")
+            return
+        draft.note("tool_choice names a function that is not in tools: treated as auto")
+        choice = "auto"
+    if choice == "required":
+        draft.constrained = True
+        draft.p_call = 1.0
+        draft.schema_tokens = calls * mean_call
+        extra = " (parallel calls allowed)" if parallel else ""
+        draft.note(f"tool_choice=required: whole output is tool calls, ~{draft.schema_tokens:.0f} tokens{extra}")
+        return
+    if choice != "auto":
+        draft.note(f"tool_choice {str(choice)[:40]!r} not understood: treated as auto")
+    p_call = p.p_call_after_tool if after_tool else p.p_call_auto
+    unrelated = not after_tool and _unrelated_to_tools(messages, tools)
+    if unrelated:
+        p_call = p.p_call_unrelated
+        draft.note("the user's words share none with the tools' names and descriptions: a call is unlikely")
+    if agent_called:
+        p_call = min(1.0, p_call + p.p_call_agent_bonus)
+    draft.p_call = p_call
+    draft.schema_tokens = p_call * calls * mean_call
+    draft.prose_tokens = (1.0 - p_call) * prose + p_call * p.preamble_tokens_with_call
+    context = "after a tool result" if after_tool else "fresh user turn"
+    history = ", earlier turns called tools" if agent_called else ""
+    draft.note(f"tool_choice=auto with {len(lengths)} tools ({context}{history}): p(call)={p_call:.2f}")
+
+
+def _read_legacy(body: dict[str, Any], draft: _Draft) -> None:
+    present = [name for name in _LEGACY_GUIDED if body.get(name) is not None]
+    if not present:
+        return
+    if not draft.priors.legacy_guided_fields_honoured:
+        draft.note(
+            f"{', '.join(present)}: removed in vLLM 0.12 and silently ignored, output is unconstrained"
+        )
+        return
+    if draft.constrained:
+        return
+    draft.constrained = True
+    field_name = present[0]
+    value = body[field_name]
+    if field_name == "guided_json":
+        draft.schema_tokens = _schema_tokens(value if isinstance(value, dict) else {}, draft)
+    elif field_name == "guided_choice" and isinstance(value, list) and value:
+        draft.schema_tokens = max(len(str(v)) for v in value[:256]) / draft.priors.text_chars_per_token
+    elif field_name == "guided_regex":
+        draft.schema_tokens = draft.priors.regex_tokens
+    else:
+        draft.schema_tokens = draft.priors.grammar_tokens
+    draft.prose_tokens = 0.0
+    draft.p_call = 0.0
+    draft.note(f"{field_name}: honoured by this pool (declared vLLM < 0.12), schema-bound")
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _tool_lengths(tools: list[Any], draft: _Draft) -> dict[str, float]:
+    p = draft.priors
+    lengths: dict[str, float] = {}
+    skipped = 0
+    walk = SchemaWalk(p, None)
+    for tool in tools[: p.max_tools]:
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if not isinstance(name, str) or not name:
+            skipped += 1
+            continue
+        params = fn.get("parameters", {"type": "object", "properties": {}})
+        if not isinstance(params, dict):
+            draft.note(f"tool {name[:60]!r}: parameters is not an object, sized from priors")
+            params = {}
+        walk.reset(params)
+        chars = walk.chars(params)
+        if walk.notes:
+            for n in sorted(walk.notes):
+                draft.note(f"tool {name[:60]!r}: {n}")
+            walk.notes.clear()
+        # {"name": "...", "arguments": {...}} plus the parser's tags
+        lengths[name] = (len(name) + chars + 26.0) / p.json_chars_per_token + p.tool_call_wrapper_tokens
+    if skipped:
+        draft.note(f"{skipped} tool(s) without function.name ignored")
+    if len(tools) > p.max_tools:
+        draft.note(f"{len(tools)} tools: only the first {p.max_tools} sized")
+    return lengths
+
+
+def _schema_tokens(schema: dict[str, Any], draft: _Draft) -> float:
+    chars, notes = expected_json_chars(schema, draft.priors)
+    for n in sorted(notes):
+        draft.note(n)
+    return max(1.0, chars / draft.priors.json_chars_per_token)
+
+
+def _unrelated_to_tools(messages: Any, tools: list[Any]) -> bool:
+    """True when the last user message shares no content word with any tool.
+
+    BFCL's irrelevance cases are mostly like this; relevant questions almost
+    never are. Words are compared on 5-letter stems, descriptions cut at 200
+    characters, to keep this cheap beside parsing the body.
+    """
+    if not isinstance(messages, list):
+        return False
+    text = next(
+        (m.get("content") for m in reversed(messages) if isinstance(m, dict) and m.get("role") == "user"), None
+    )
+    if not isinstance(text, str) or not text:
+        return False
+    asked = {w[:5] for w in _WORD.findall(text[:2000].lower())} - _STOP_STEMS
+    if not asked:
+        return False
+    for tool in tools[:512]:
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(fn, dict):
+            continue
+        name, description = fn.get("name"), fn.get("description")
+        words = f"{name if isinstance(name, str) else ''} {description[:200] if isinstance(description, str) else ''}"
+        offered = {w[:5] for w in _WORD.findall(words.replace("_", " ").lower())}
+        if asked & offered:
+            return False
+    return True
+
+
+def _conversation(messages: Any) -> tuple[bool, bool]:
+    """(last message is a tool result, an earlier assistant turn called tools)."""
+    if not isinstance(messages, list) or not messages:
+        return False, False
+    last = messages[-1]
+    after_tool = isinstance(last, dict) and last.get("role") in ("tool", "function")
+    agent_called = any(
+        isinstance(m, dict) and m.get("role") == "assistant" and m.get("tool_calls")
+        for m in messages[-64:]
+    )
+    return after_tool, agent_called
+
+
+def _prompt_tokens(body: dict[str, Any], endpoint: Endpoint, priors: StructurePriors) -> float:
+    """A cheap size of the prompt: characters over a ratio, never a tokenizer."""
+    chars = 0
+    if endpoint == "completions":
+        prompt = body.get("prompt")
+        if isinstance(prompt, str):
+            chars = len(prompt)
+        elif isinstance(prompt, list):
+            chars = sum(len(x) if isinstance(x, str) else 4 for x in prompt[:100_000])
+    else:
+        messages = body.get("messages")
+        if isinstance(messages, list):
+            for m in messages:
+                if isinstance(m, dict):
+                    content = m.get("content")
+                    if isinstance(content, str):
+                        chars += len(content)
+                    elif isinstance(content, list):
+                        chars += sum(len(str(part.get("text", ""))) for part in content if isinstance(part, dict))
+                    calls = m.get("tool_calls")
+                    if isinstance(calls, list):
+                        chars += 80 * len(calls)
+                    chars += 12
+    tools = body.get("tools")
+    if isinstance(tools, list):
+        chars += 300 * min(len(tools), priors.max_tools)
+    return chars / priors.text_chars_per_token
+
+
+def _apply_cap(body: dict[str, Any], draft: _Draft) -> ClassTokens:
+    """``max_tokens`` / ``max_completion_tokens`` truncate: reasoning comes first."""
+    r, s, f = draft.reasoning_tokens, draft.schema_tokens, draft.prose_tokens
+    cap = None
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = body.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            cap = float(value)
+            break
+    if cap is None or r + s + f <= cap:
+        return ClassTokens(s, r, f)
+    draft.note(f"output capped at {cap:.0f} tokens")
+    r_capped = min(r, cap)
+    room = cap - r_capped
+    rest = s + f
+    scale = room / rest if rest > 0 else 0.0
+    return ClassTokens(s * scale, r_capped, f * scale)

@@ -1,0 +1,139 @@
+"""Learn what each request shape actually produces, and blend it with the prior.
+
+Agents send the same tool set thousands of times, so the best predictor of a
+request's output split is what requests of the same shape produced. A shape is
+(model, digest of tool names and schemas, tool_choice, response format kind,
+thinking, temperature band, last message role).
+
+Update rule, per shape and per class c, with ``n`` observations so far:
+
+    mean_c <- mean_c + (x_c - mean_c) / min(n, window)      (running mean, then EWMA)
+    estimate_c = (k * prior_c + n * mean_c) / (k + n)        (k = prior_strength)
+
+so the first observation already moves the estimate by n/(k+n) and, after a
+handful, it sits on what the agent does; ``window`` lets it follow drift. Memory
+is bounded: at most ``capacity`` shapes, least recently used evicted first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+from typing import Any
+
+from policy.structure.estimator import ClassTokens, StructureEstimate
+from policy.structure.measure import ObservedStructure
+
+
+def shape_key(body: Any, model: str | None = None, temperature: float | None = None) -> str:
+    """A short digest that is equal for requests an agent sends from the same step."""
+    if not isinstance(body, dict):
+        return "invalid"
+    tools = body.get("tools")
+    tool_digest = _tools_signature(tools) if tools else "-"
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict):
+        fn = choice.get("function")
+        choice_key = f"named:{fn.get('name')}" if isinstance(fn, dict) else "named"
+    else:
+        choice_key = str(choice)
+    fmt = body.get("response_format")
+    fmt_key = str(fmt.get("type")) if isinstance(fmt, dict) else "-"
+    structured = body.get("structured_outputs")
+    if isinstance(structured, dict):
+        fmt_key += "+so:" + ",".join(sorted(k for k, v in structured.items() if v is not None))
+    kwargs = body.get("chat_template_kwargs")
+    thinking = kwargs.get("enable_thinking") if isinstance(kwargs, dict) else None
+    effort = body.get("reasoning_effort")
+    t = temperature if temperature is not None else body.get("temperature")
+    band = "default" if not isinstance(t, (int, float)) else ("greedy" if t <= 0.05 else ("low" if t <= 0.7 else "high"))
+    messages = body.get("messages")
+    last_role = messages[-1].get("role") if isinstance(messages, list) and messages and isinstance(messages[-1], dict) else "-"
+    raw = "|".join(str(x) for x in (model or body.get("model"), tool_digest, choice_key, fmt_key, thinking, effort, band, last_role))
+    return hashlib.blake2b(raw.encode(), digest_size=8).hexdigest()
+
+
+def _tools_signature(tools: Any) -> str:
+    """Tool names with their argument names: what distinguishes one agent step's
+    tool set from another's, at a fraction of the cost of hashing whole schemas."""
+    if not isinstance(tools, list):
+        return "invalid"
+    parts = []
+    for tool in tools[:512]:
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(fn, dict):
+            parts.append("?")
+            continue
+        params = fn.get("parameters")
+        props = params.get("properties") if isinstance(params, dict) else None
+        keys = ",".join(props) if isinstance(props, dict) else ""
+        parts.append(f"{fn.get('name')}({keys})")
+    return ";".join(parts)
+
+
+@dataclass
+class ShapeStats:
+    count: int = 0
+    tokens_s: float = 0.0
+    tokens_r: float = 0.0
+    tokens_f: float = 0.0
+
+    def update(self, observed: ObservedStructure, window: int) -> None:
+        self.count += 1
+        step = 1.0 / min(self.count, window)
+        self.tokens_s += (observed.tokens.s - self.tokens_s) * step
+        self.tokens_r += (observed.tokens.r - self.tokens_r) * step
+        self.tokens_f += (observed.tokens.f - self.tokens_f) * step
+
+
+class StructureLearner:
+    """Per-shape running means of observed class tokens, LRU-bounded."""
+
+    def __init__(self, capacity: int = 4096, prior_strength: float = 1.0, window: int = 50) -> None:
+        if capacity < 1 or prior_strength <= 0 or window < 1:
+            raise ValueError("capacity >= 1, prior_strength > 0 and window >= 1 are required")
+        self.capacity = capacity
+        self.prior_strength = prior_strength
+        self.window = window
+        self._shapes: OrderedDict[str, ShapeStats] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._shapes)
+
+    def observe(self, key: str, observed: ObservedStructure) -> None:
+        stats = self._shapes.get(key)
+        if stats is None:
+            stats = self._shapes[key] = ShapeStats()
+            if len(self._shapes) > self.capacity:
+                self._shapes.popitem(last=False)
+        else:
+            self._shapes.move_to_end(key)
+        stats.update(observed, self.window)
+
+    def observations(self, key: str) -> int:
+        stats = self._shapes.get(key)
+        return stats.count if stats else 0
+
+    def blend(self, key: str, prior: StructureEstimate) -> StructureEstimate:
+        """The prior estimate moved toward what this shape has produced."""
+        stats = self._shapes.get(key)
+        if stats is None or stats.count == 0:
+            return prior
+        self._shapes.move_to_end(key)
+        k, n = self.prior_strength, float(stats.count)
+        e = prior.expected_tokens
+        tokens = ClassTokens(
+            (k * e.s + n * stats.tokens_s) / (k + n),
+            (k * e.r + n * stats.tokens_r) / (k + n),
+            (k * e.f + n * stats.tokens_f) / (k + n),
+        )
+        total = tokens.total
+        if total <= 0:
+            return prior
+        ws, wr = tokens.s / total, tokens.r / total
+        note = f"learned from {stats.count} earlier response(s) of this shape: w_S {prior.w_s:.2f} -> {ws:.2f}"
+        return replace(
+            prior, w_s=ws, w_r=wr, w_f=max(0.0, 1.0 - ws - wr), expected_tokens=tokens,
+            reasons=prior.reasons + (note,),
+        )

@@ -1,0 +1,65 @@
+"""Sampling settings: what temperature a request really runs at, and whether
+vLLM will speculate on it at all.
+
+vLLM applies the model's generation defaults (Qwen3: temperature 0.6, top_p
+0.95, top_k 20) when a client omits a field, so the pool's declared defaults
+are part of every estimate. Some settings make vLLM run a request without
+speculation even on a speculation pool; for those the gate predicts zero saving.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+_EPS = 1e-5
+
+
+class SamplingDefaults(BaseModel):
+    """The sampling defaults a pool's server applies when the client omits them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = -1
+    min_p: float = Field(0.0, ge=0.0, le=1.0)
+    repetition_penalty: float = Field(1.0, gt=0.0)
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+
+
+QWEN3_DEFAULTS = SamplingDefaults(temperature=0.6, top_p=0.95, top_k=20)
+
+
+def effective(body: dict[str, Any], name: str, defaults: SamplingDefaults) -> tuple[float, bool]:
+    """The value a server would use for ``name``, and whether it came from the defaults."""
+    value = body.get(name)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
+        return float(value), False
+    return float(getattr(defaults, name)), True
+
+
+def speculation_blockers(body: dict[str, Any], defaults: SamplingDefaults, endpoint: str) -> list[str]:
+    """Settings with which vLLM runs the request without speculation.
+
+    Mirrors ``is_spec_decode_unsupported`` in vllm/v1/spec_decode/utils.py of the
+    supported vLLM line: penalties, ``min_p`` and logprobs.
+    """
+    blockers = []
+    for name, neutral in (("frequency_penalty", 0.0), ("presence_penalty", 0.0), ("repetition_penalty", 1.0)):
+        value, from_default = effective(body, name, defaults)
+        if abs(value - neutral) > _EPS:
+            source = " (pool default)" if from_default else ""
+            blockers.append(f"{name}={value:g}{source}")
+    min_p, from_default = effective(body, "min_p", defaults)
+    if min_p > _EPS:
+        blockers.append(f"min_p={min_p:g}" + (" (pool default)" if from_default else ""))
+    logprobs = body.get("logprobs")
+    if endpoint == "completions":
+        if isinstance(logprobs, int) and not isinstance(logprobs, bool):
+            blockers.append("logprobs requested")
+    elif logprobs is True or body.get("top_logprobs") not in (None, 0, False):
+        blockers.append("logprobs requested")
+    return blockers

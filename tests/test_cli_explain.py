@@ -1,0 +1,32 @@
+"""``draftgate explain`` as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+DRAFTGATE = [sys.executable, "-m", "proxy.cli.main"]
+
+
+def test_explain_json(tmp_path: Path) -> None:
+    request = tmp_path / "req.json"
+    request.write_text(json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                                   "response_format": {"type": "json_object"}}))
+    proc = subprocess.run([*DRAFTGATE, "explain", str(request), "--json"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["w_s"] == 1.0 and set(out["expected_tokens"]) == {"s", "r", "f"}
+    assert any("json_object" in r for r in out["reasons"])
+    text = subprocess.run([*DRAFTGATE, "explain", str(request)], capture_output=True, text=True, timeout=60)
+    assert "w_S 1.00" in text.stdout and "reasons:" in text.stdout
+
+
+def test_explain_bad_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    for path in (str(bad), str(tmp_path / "missing.json")):
+        proc = subprocess.run([*DRAFTGATE, "explain", path], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1

@@ -1,0 +1,355 @@
+"""The request-structure estimator, measurement and learner (policy/structure)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from policy.structure import (
+    QWEN3_DEFAULTS,
+    StructureLearner,
+    StructurePriors,
+    TextParts,
+    estimate,
+    measure,
+    measure_parts,
+    shape_key,
+)
+
+SAMPLE = Path(__file__).parents[1] / "lab" / "workloads" / "bfcl_sample.jsonl"
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+            "required": ["city"],
+        },
+    },
+}
+USER = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def body(**fields: Any) -> dict[str, Any]:
+    return {"model": "m", "messages": USER, **fields}
+
+
+def test_plain_prose() -> None:
+    e = estimate(body())
+    assert (e.w_s, e.w_r, e.w_f) == (0.0, 0.0, 1.0)
+    assert any("prose" in r for r in e.reasons)
+
+
+def test_tool_choice_required_is_all_schema() -> None:
+    e = estimate(body(tools=[WEATHER], tool_choice="required"))
+    assert e.w_s == 1.0 and e.constrained and e.p_tool_call == 1.0
+    assert any("tool_choice=required" in r for r in e.reasons)
+
+
+def test_named_tool_uses_that_tools_schema() -> None:
+    big = {"type": "function", "function": {"name": "big", "parameters": {
+        "type": "object", "properties": {f"k{i}": {"type": "string"} for i in range(20)},
+        "required": [f"k{i}" for i in range(20)]}}}
+    small = estimate(body(tools=[WEATHER, big], tool_choice={"type": "function", "function": {"name": "get_weather"}}))
+    large = estimate(body(tools=[WEATHER, big], tool_choice={"type": "function", "function": {"name": "big"}}))
+    assert small.w_s == large.w_s == 1.0
+    assert large.expected_tokens.s > 5 * small.expected_tokens.s
+
+
+def test_auto_mixes_call_and_prose_and_reads_the_conversation() -> None:
+    fresh = estimate(body(tools=[WEATHER]))
+    after_tool = estimate(body(tools=[WEATHER], messages=[
+        *USER,
+        {"role": "assistant", "tool_calls": [{"id": "1", "type": "function",
+                                              "function": {"name": "get_weather", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "1", "content": "sunny"},
+    ]))
+    assert 0 < fresh.w_s < 1 and 0 < fresh.w_f < 1
+    assert after_tool.p_tool_call < fresh.p_tool_call + 0.1
+    assert any("after a tool result" in r for r in after_tool.reasons)
+    assert any("earlier turns called tools" in r for r in after_tool.reasons)
+
+
+def test_unrelated_question_expects_no_call() -> None:
+    e = estimate(body(tools=[WEATHER], messages=[{"role": "user", "content": "Compose a sonnet about tulips"}]))
+    assert e.p_tool_call < 0.5
+
+
+def test_tool_choice_none_is_prose() -> None:
+    assert estimate(body(tools=[WEATHER], tool_choice="none")).w_s == 0.0
+
+
+def test_parallel_calls_lengthen_the_expected_output() -> None:
+    serial = estimate(body(tools=[WEATHER], tool_choice="required", parallel_tool_calls=False))
+    parallel = estimate(body(tools=[WEATHER], tool_choice="required"))
+    assert parallel.expected_tokens.s > serial.expected_tokens.s
+
+
+def test_json_schema_uses_the_schema_shape() -> None:
+    schema = {"type": "object", "properties": {"items": {"type": "array", "minItems": 10,
+              "items": {"type": "object", "properties": {"name": {"type": "string"}, "price": {"type": "number"}},
+                        "required": ["name", "price"]}}}, "required": ["items"]}
+    e = estimate(body(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}))
+    small = estimate(body(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}}}))
+    assert e.w_s == small.w_s == 1.0
+    assert e.expected_tokens.s > 10 * small.expected_tokens.s
+
+
+@pytest.mark.parametrize("kind", ["json", "regex", "choice", "grammar"])
+def test_structured_outputs_are_schema_bound(kind: str) -> None:
+    value = {"json": {"type": "object"}, "regex": "[a-z]+", "choice": ["yes", "no"], "grammar": "root ::= x"}[kind]
+    e = estimate(body(structured_outputs={kind: value}))
+    assert e.w_s == 1.0 and e.constrained
+    assert any(f"structured_outputs.{kind}" in r for r in e.reasons)
+
+
+def test_json_object() -> None:
+    assert estimate(body(response_format={"type": "json_object"})).w_s == 1.0
+    assert estimate(body(response_format={"type": "text"})).w_s == 0.0
+
+
+@pytest.mark.parametrize("field", ["guided_json", "guided_regex", "guided_choice", "guided_grammar"])
+def test_legacy_guided_fields_are_dead_on_current_vllm(field: str) -> None:
+    e = estimate(body(**{field: {"type": "object"} if field == "guided_json" else ["a", "b"]}))
+    assert e.w_s == 0.0
+    assert any(field in r and "silently ignored" in r for r in e.reasons)
+    honoured = estimate(body(**{field: ["a", "b"]}), priors=StructurePriors(legacy_guided_fields_honoured=True))
+    assert honoured.w_s == 1.0
+
+
+def test_thinking_switches() -> None:
+    on = estimate(body(chat_template_kwargs={"enable_thinking": True}))
+    off = estimate(body(chat_template_kwargs={"enable_thinking": False}),
+                   priors=StructurePriors(thinking_by_default=True))
+    default_on = estimate(body(), priors=StructurePriors(thinking_by_default=True))
+    high = estimate(body(reasoning_effort="high"))
+    low = estimate(body(reasoning_effort="low"))
+    assert on.w_r > 0.5 and on.thinking
+    assert off.w_r == 0.0 and not off.thinking
+    assert default_on.w_r > 0.5
+    assert high.expected_tokens.r > low.expected_tokens.r > 0
+    assert estimate(body(reasoning_effort="none"), priors=StructurePriors(thinking_by_default=True)).w_r == 0
+    hidden = estimate(body(chat_template_kwargs={"enable_thinking": True}, include_reasoning=False))
+    assert hidden.w_r > 0 and any("include_reasoning" in r for r in hidden.reasons)
+
+
+def test_cap_truncates_reasoning_first() -> None:
+    e = estimate(body(chat_template_kwargs={"enable_thinking": True}, tools=[WEATHER], tool_choice="required",
+                      max_tokens=100))
+    assert e.expected_tokens.total == pytest.approx(100)
+    assert e.w_r == 1.0
+    assert any("capped" in r for r in e.reasons)
+
+
+def test_temperature_defaults_and_blockers() -> None:
+    e = estimate(body(), defaults=QWEN3_DEFAULTS)
+    assert e.temperature == 0.6 and e.temperature_from_default
+    assert estimate(body(temperature=0)).temperature == 0.0
+    for extra in ({"frequency_penalty": 0.5}, {"presence_penalty": 1}, {"repetition_penalty": 1.1},
+                  {"min_p": 0.1}, {"logprobs": True}):
+        assert estimate(body(**extra)).speculation_unsupported, extra
+    assert not estimate(body(top_p=0.9)).speculation_unsupported
+    assert estimate(body(n=3)).n == 3
+
+
+def test_completions_requests() -> None:
+    e = estimate({"model": "m", "prompt": "Once upon a time"}, endpoint="completions")
+    assert e.w_f == 1.0 and e.prompt_tokens > 0
+    e = estimate({"model": "m", "prompt": "x", "structured_outputs": {"choice": ["a", "b"]}}, endpoint="completions")
+    assert e.w_s == 1.0
+    assert estimate({"model": "m", "prompt": "x", "logprobs": 2}, endpoint="completions").speculation_unsupported
+
+
+# ---------------------------------------------------------------- bad input
+
+HOSTILE: list[Any] = [
+    None, [], "string", 42,
+    {"tools": "not a list"},
+    {"tools": [{"function": {}}]},
+    {"tools": [{"function": {"name": "x", "parameters": "not a schema"}}], "tool_choice": "required"},
+    {"tools": [{"function": {"name": "x", "parameters": {"$ref": "#"}}}], "tool_choice": "required"},
+    {"tools": [{"function": {"name": "x", "parameters": {"$ref": "#/$defs/missing"}}}], "tool_choice": "required"},
+    {"tools": [{"function": {"name": "x", "parameters": {"type": "object", "properties": {"a": {"$ref": "#/properties/a"}}}}}]},
+    {"messages": "not a list", "temperature": "hot", "max_tokens": "many", "n": "two"},
+    {"response_format": {"type": "json_schema", "json_schema": "nope"}},
+    {"structured_outputs": {"json": 7}},
+    {"chat_template_kwargs": [1, 2], "reasoning_effort": 3},
+    {"tools": [{"function": {"name": "x", "parameters": {"type": "array", "minItems": 1e308, "items": {}}}}],
+     "tool_choice": "required"},
+]
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_hostile_bodies_get_an_estimate(hostile: Any) -> None:
+    e = estimate(hostile)
+    assert abs(e.w_s + e.w_r + e.w_f - 1.0) < 1e-9
+    assert e.expected_tokens.total < 1e7
+
+
+def test_ignored_things_are_named() -> None:
+    e = estimate({"tools": [{"function": {"name": "x", "parameters": {"$ref": "#/nope"}}}], "tool_choice": "required"})
+    assert any("dangling $ref" in r for r in e.reasons)
+    e = estimate({"tools": [{"function": {}}, WEATHER]})
+    assert any("without function.name" in r for r in e.reasons)
+
+
+def test_huge_and_deep_requests_are_bounded() -> None:
+    tools = [{"type": "function", "function": {"name": f"t{i}", "parameters": {"type": "object", "properties": {
+        "a": {"type": "string"}}}}} for i in range(5000)]
+    start = time.perf_counter()
+    e = estimate(body(tools=tools, tool_choice="required"))
+    assert any("only the first" in r for r in e.reasons)
+    deep: dict[str, Any] = {"type": "string"}
+    for _ in range(1000):
+        deep = {"type": "object", "properties": {"a": deep}, "required": ["a"]}
+    e2 = estimate(body(tools=[{"type": "function", "function": {"name": "deep", "parameters": deep}}],
+                       tool_choice="required"))
+    assert any("nested deeper" in r for r in e2.reasons)
+    assert time.perf_counter() - start < 10  # generous: bounded, not fast
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.floats(allow_nan=True) | st.integers() | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=12), children, max_size=6),
+    max_leaves=40,
+)
+request_keys = st.sampled_from(["tools", "tool_choice", "response_format", "structured_outputs", "messages",
+                                "chat_template_kwargs", "reasoning_effort", "temperature", "max_tokens", "n",
+                                "guided_json", "logprobs", "parallel_tool_calls", "prompt", "min_p"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(request_keys, json_values, max_size=8))
+def test_fuzz_request_shaped_json(raw: dict[str, Any]) -> None:
+    for endpoint in ("chat", "completions"):
+        e = estimate(raw, endpoint=endpoint)
+        assert abs(e.w_s + e.w_r + e.w_f - 1.0) < 1e-9
+        assert min(e.w_s, e.w_r, e.w_f) >= 0
+    shape_key(raw)
+
+
+@settings(max_examples=200, deadline=None)
+@given(json_values)
+def test_fuzz_arbitrary_json_as_tool_schema(schema: Any) -> None:
+    e = estimate(body(tools=[{"type": "function", "function": {"name": "f", "parameters": schema}}],
+                      tool_choice="required"))
+    assert e.w_s == 1.0 and e.expected_tokens.s > 0
+
+
+# ---------------------------------------------------------------- measure
+
+
+def test_measure_non_streamed_tool_call_and_reasoning() -> None:
+    response = {"choices": [{"message": {"role": "assistant", "reasoning": "r" * 300, "content": None,
+                                         "tool_calls": [{"id": "1", "type": "function", "function": {
+                                             "name": "get_weather", "arguments": '{"city":"Paris"}' + " " * 73}}]}}],
+                "usage": {"completion_tokens": 100}}
+    obs = measure(body(tools=[WEATHER]), response)
+    assert obs.source == "usage" and obs.tool_calls == 1
+    assert obs.total_tokens == 100
+    assert obs.tokens.r == pytest.approx(75) and obs.tokens.s == pytest.approx(25)
+
+
+def test_measure_json_content_is_schema_and_plain_content_prose() -> None:
+    response = {"choices": [{"message": {"content": '{"a": 1}'}}], "usage": {"completion_tokens": 5}}
+    assert measure(body(response_format={"type": "json_object"}), response).w_s == 1.0
+    assert measure(body(), response).w_f == 1.0
+
+
+def test_measure_stream_accumulation_matches_whole_body() -> None:
+    parts = TextParts()
+    chunks = [
+        {"choices": [{"delta": {"reasoning_content": "think "}}]},
+        {"choices": [{"delta": {"reasoning": "more"}}]},
+        {"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "c", "function": {"name": "get_weather", "arguments": ""}}]}}]},
+        {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"city":'}}]}}]},
+        {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}}]},
+        {"choices": [], "usage": {"completion_tokens": 12}},
+    ]
+    for chunk in chunks:
+        parts.add_chunk(chunk)
+    obs = measure_parts(body(tools=[WEATHER]), parts)
+    assert obs.tool_calls == 1 and obs.total_tokens == 12
+    assert obs.chars.s == len("get_weather") + len('{"city":"Paris"}')
+    assert obs.chars.r == len("think more")
+
+
+def test_measure_with_a_token_counter() -> None:
+    class Words:
+        def count(self, text: str) -> int:
+            return len(text.split())
+
+    obs = measure(body(), {"choices": [{"message": {"content": "one two three"}}]}, counter=Words())
+    assert obs.source == "tokenizer" and obs.tokens.f == 3
+
+
+def test_measure_completions() -> None:
+    obs = measure({"prompt": "x"}, {"choices": [{"text": "hello world"}], "usage": {"completion_tokens": 2}})
+    assert obs.tokens.f == 2
+
+
+# ---------------------------------------------------------------- learner
+
+
+def _observed(ws: float, total: float = 100.0):
+    tokens = {"s": ws * total, "r": 0.0, "f": (1 - ws) * total}
+    response = {"choices": [{"message": {"content": "p" * int(tokens["f"]), "tool_calls": [
+        {"id": "1", "function": {"name": "", "arguments": "s" * int(tokens["s"])}}]}}],
+        "usage": {"completion_tokens": int(total)}}
+    return measure(body(tools=[WEATHER]), response)
+
+
+def test_learner_converges_on_what_the_agent_does() -> None:
+    learner = StructureLearner(capacity=16, prior_strength=1.0)
+    request = body(tools=[WEATHER])
+    prior = estimate(request)
+    key = shape_key(request)
+    assert learner.blend(key, prior) == prior
+    for _ in range(5):
+        learner.observe(key, _observed(0.95))
+    blended = learner.blend(key, prior)
+    assert abs(blended.w_s - 0.95) < abs(prior.w_s - 0.95) / 4
+    assert any("learned from 5" in r for r in blended.reasons)
+
+
+def test_learner_is_bounded_and_evicts_least_recent() -> None:
+    learner = StructureLearner(capacity=3)
+    for i in range(5):
+        learner.observe(f"k{i}", _observed(0.5))
+    assert len(learner) == 3
+    assert learner.observations("k0") == 0 and learner.observations("k4") == 1
+
+
+def test_learner_follows_drift() -> None:
+    learner = StructureLearner(window=10)
+    prior = estimate(body())
+    for _ in range(50):
+        learner.observe("k", _observed(0.1))
+    for _ in range(40):
+        learner.observe("k", _observed(0.9))
+    assert learner.blend("k", prior).w_s > 0.85
+
+
+def test_shape_key_separates_steps_and_ignores_the_question() -> None:
+    a = shape_key(body(tools=[WEATHER]))
+    b = shape_key(body(tools=[WEATHER], messages=[{"role": "user", "content": "And in Rome?"}]))
+    c = shape_key(body(tools=[WEATHER], tool_choice="required"))
+    d = shape_key(body(tools=[WEATHER], temperature=0))
+    assert a == b and len({a, c, d}) == 3
+
+
+def test_bfcl_sample_estimates_are_schema_heavy_for_relevant_calls() -> None:
+    rows = [json.loads(line) for line in SAMPLE.open()]
+    assert {r["category"] for r in rows} >= {"simple", "multiple", "parallel", "multi_turn", "irrelevance"}
+    relevant = [estimate(r["request"]).p_tool_call for r in rows if r["ground_truth"]]
+    irrelevant = [estimate(r["request"]).p_tool_call for r in rows if not r["ground_truth"]]
+    assert sum(p >= 0.5 for p in relevant) / len(relevant) > 0.9
+    assert sum(p < 0.5 for p in irrelevant) / len(irrelevant) > 0.5
