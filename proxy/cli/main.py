@@ -18,6 +18,7 @@ from proxy.cli.errors import CliError
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "law": ("proxy.cli.law", "evaluate the Draft Law for one set of parameters"),
     "explain": ("proxy.cli.explain", "estimate a request's output structure (S/R/F) and why"),
+    "emulate": ("lab.emulator.cli", "run an emulated vLLM OpenAI server (no GPU needed)"),
 }
 
 

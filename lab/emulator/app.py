@@ -1,0 +1,400 @@
+"""The emulated vLLM OpenAI server as an ASGI app (Starlette).
+
+Importable for in-process tests (``create_app``), and served by
+``draftgate emulate`` under uvicorn. Routes mirror vLLM's: chat and text
+completions (streamed and not), models, health, metrics; plus debug routes for
+tests: the ground truth of what it simulated, fault injection, cache reset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from lab.emulator import wire
+from lab.emulator.engine import Engine, Sequence, SpecConfig
+from lab.emulator.faults import Faults
+from lab.emulator.metrics import EngineMetrics
+from lab.emulator.profile import EngineProfile
+from lab.emulator.speculation import position_model
+from lab.emulator.textgen import Generated, OutputToken, generate, request_digest
+from lab.emulator.tokens import block_hashes, render_chat_prompt, tokenize
+from policy.structure.sampling import SamplingDefaults, speculation_blockers
+
+EMULATOR_NOTE = "draftgate vLLM emulator (no GPU; simulated timing and acceptance)"
+
+
+@dataclass
+class EmulatorConfig:
+    model: str = "Qwen/Qwen3-32B"
+    profile: EngineProfile = field(default_factory=EngineProfile)
+    spec: SpecConfig | None = None
+    per_request_metrics: str = "none"  # none | summary | detailed
+    force_include_usage: bool = False
+    max_num_seqs: int | None = None
+    seed: int = 0
+    time_scale: float = 1.0
+    faults: Faults = field(default_factory=Faults)
+
+
+class _BadRequest(Exception):
+    def __init__(self, message: str, status: int = 400, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.param = status, param
+
+
+def _error(message: str, status: int, param: str | None = None) -> JSONResponse:
+    kind = {400: "BadRequestError", 404: "NotFoundError", 413: "BadRequestError"}.get(status, "InternalServerError")
+    return JSONResponse(wire.error_body(message, status, kind, param), status_code=status)
+
+
+class Emulator:
+    """Request handling around one engine."""
+
+    def __init__(self, config: EmulatorConfig) -> None:
+        self.config = config
+        self.faults = config.faults
+        self.metrics = EngineMetrics(config.model)
+        self.engine: Engine | None = None
+        self.rng = random.Random(config.seed)
+        self.refuse_hook: Callable[[], None] | None = None
+        defaults = config.profile.generation_defaults
+        self.sampling_defaults = SamplingDefaults(**{k: v for k, v in defaults.items()
+                                                     if k in SamplingDefaults.model_fields})
+
+    # ---------------------------------------------------------------- routes
+
+    async def health(self, request: Request) -> Response:
+        if self.faults.health_503:
+            return Response(status_code=503)
+        return Response(status_code=200)
+
+    async def models(self, request: Request) -> JSONResponse:
+        entry = {"id": self.config.model, "object": "model", "created": int(time.time()), "owned_by": "vllm",
+                 "root": self.config.model, "parent": None, "max_model_len": self._engine().kv_capacity,
+                 "permission": [], "emulated": True, "description": EMULATOR_NOTE}
+        return JSONResponse({"object": "list", "data": [entry]})
+
+    async def prometheus(self, request: Request) -> Response:
+        return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def ground_truth(self, request: Request) -> JSONResponse:
+        engine = self._engine()
+        return JSONResponse({
+            "emulated": True,
+            "speculative": self.config.spec is not None,
+            "method": self.config.spec.method if self.config.spec else None,
+            "num_speculative_tokens": self.config.spec.num_speculative_tokens if self.config.spec else 0,
+            "draft_cost": engine.draft_cost,
+            "time_scale": self.config.time_scale,
+            "simulated_seconds": engine.simulated_seconds,
+            "busy_seconds": engine.busy_seconds,
+            "kv_capacity_tokens": engine.kv_capacity,
+            "max_num_seqs": engine.max_num_seqs,
+            "profile": self.config.profile.model_dump(mode="json"),
+            **engine.truth.as_json(),
+        })
+
+    async def set_faults(self, request: Request) -> JSONResponse:
+        try:
+            update = await request.json()
+            merged = {**self.faults.model_dump(), **update}
+            self.faults = Faults.model_validate(merged)
+        except Exception as exc:  # noqa: BLE001 - any bad fault spec is the caller's error
+            return _error(f"invalid faults: {exc}", 400)
+        if self.faults.refuse_connections:
+            if self.refuse_hook is None:
+                return _error("refuse_connections needs the server started by draftgate emulate", 400)
+            self.refuse_hook()
+        return JSONResponse(self.faults.model_dump())
+
+    async def reset_prefix_cache(self, request: Request) -> Response:
+        self._engine().reset_prefix_cache()
+        return Response(status_code=200)
+
+    async def chat(self, request: Request) -> Response:
+        return await self._complete(request, "chat")
+
+    async def completions(self, request: Request) -> Response:
+        return await self._complete(request, "completions")
+
+    # ---------------------------------------------------------------- core
+
+    def _engine(self) -> Engine:
+        if self.engine is None:
+            self.engine = Engine(self.config.profile, self.config.spec,
+                                 self.config.max_num_seqs or self.config.profile.max_num_seqs,
+                                 self.config.time_scale, self.metrics)
+        return self.engine
+
+    async def _complete(self, request: Request, endpoint: str) -> Response:
+        try:
+            body = await self._parse(request, endpoint)
+        except _BadRequest as exc:
+            return _error(str(exc), exc.status, exc.param)
+        faults = self.faults
+        if faults.first_byte_delay:
+            await asyncio.sleep(faults.first_byte_delay)
+        if faults.error_status and self.rng.random() < faults.error_rate:
+            return _error("injected fault", faults.error_status)
+        try:
+            seqs, gens, prompt_len = self._sequences(body, endpoint)
+            for seq in seqs:
+                self._engine().submit(seq)
+        except ValueError as exc:
+            return _error(str(exc), 400)
+        rid = ("chatcmpl-" if endpoint == "chat" else "cmpl-") + uuid.uuid4().hex
+        if body.get("stream"):
+            return StreamingResponse(self._stream(rid, body, endpoint, seqs, gens, prompt_len),
+                                     media_type="text/event-stream")
+        done = asyncio.ensure_future(asyncio.gather(*(self._wait(s) for s in seqs)))
+        gone = asyncio.ensure_future(_disconnected(request))
+        await asyncio.wait({done, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if not done.done():
+            for seq in seqs:
+                self._engine().abort(seq)
+            done.cancel()
+            return Response(status_code=499)
+        gone.cancel()
+        return JSONResponse(self._final_body(rid, body, endpoint, seqs, gens, prompt_len))
+
+    async def _parse(self, request: Request, endpoint: str) -> dict[str, Any]:
+        if "application/json" not in request.headers.get("content-type", "application/json"):
+            raise _BadRequest("Content-Type must be application/json")
+        raw = await request.body()
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise _BadRequest(f"Invalid JSON body: {exc}") from None
+        if not isinstance(body, dict):
+            raise _BadRequest("The request body must be a JSON object")
+        model = body.get("model")
+        if model is not None and model != self.config.model:
+            raise _BadRequest(f"The model `{model}` does not exist.", 404, "model")
+        if endpoint == "chat":
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages or not all(
+                    isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
+                raise _BadRequest("messages must be a non-empty list of objects with a role", param="messages")
+        elif not isinstance(body.get("prompt"), (str, list)):
+            raise _BadRequest("prompt must be a string or a list", param="prompt")
+        for name in ("max_tokens", "max_completion_tokens"):
+            value = body.get(name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise _BadRequest(f"{name} must be a positive integer", param=name)
+        n = body.get("n", 1)
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 16:
+            raise _BadRequest("n must be an integer between 1 and 16", param="n")
+        temperature = body.get("temperature")
+        if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+                                        or not 0 <= temperature <= 2):
+            raise _BadRequest("temperature must be a number between 0 and 2", param="temperature")
+        if body.get("tools") is not None and not isinstance(body["tools"], list):
+            raise _BadRequest("tools must be a list", param="tools")
+        if not isinstance(body.get("stream", False), bool):
+            raise _BadRequest("stream must be a boolean", param="stream")
+        return body
+
+    def _sequences(self, body: dict[str, Any], endpoint: str) -> tuple[list[Sequence], list[Generated], int]:
+        if endpoint == "chat":
+            prompt_text = render_chat_prompt(body.get("messages"), body.get("tools"))
+        else:
+            prompt = body.get("prompt")
+            prompt_text = prompt if isinstance(prompt, str) else " ".join(str(p) for p in prompt)
+        prompt_tokens = tokenize(prompt_text)
+        hashes = block_hashes(prompt_tokens, self.config.profile.block_size)
+        temperature = wire.safe_float(body.get("temperature"), self.sampling_defaults.temperature)
+        digest = request_digest(body)
+        if temperature > 1e-5:
+            seed = body.get("seed")
+            digest ^= seed if isinstance(seed, int) and not isinstance(seed, bool) else self.rng.getrandbits(64)
+        cap = body.get("max_completion_tokens") or body.get("max_tokens")
+        speculate = self.config.spec is not None and not speculation_blockers(body, self.sampling_defaults, endpoint)
+        seqs, gens = [], []
+        for index in range(body.get("n", 1)):
+            gen = generate(body, self.config.profile, random.Random(digest if temperature <= 1e-5 else digest + index),
+                           endpoint)
+            if not gen.tokens:
+                gen.tokens.append(OutputToken("", "f", "content"))
+            if self.config.spec is not None and self.faults.mismatch_rate and self.rng.random() < self.faults.mismatch_rate:
+                _inject_mismatch(gen)
+            truncated = isinstance(cap, int) and len(gen.tokens) > cap
+            if truncated:
+                del gen.tokens[cap:]
+            positions = position_model([t.cls for t in gen.tokens], self.config.profile, temperature,
+                                       np.random.default_rng([self.config.seed, digest & 0xFFFFFFFF, index]))
+            seqs.append(Sequence(len(prompt_tokens), hashes, gen.tokens, wire.finish_reason(gen, truncated),
+                                 temperature, speculate, positions))
+            gens.append(gen)
+        return seqs, gens, len(prompt_tokens)
+
+    async def _wait(self, seq: Sequence) -> None:
+        while True:
+            kind, _, _ = await seq.events.get()
+            if kind == "finish":
+                return
+
+    def _spec_metrics(self, seqs: list[Sequence]) -> dict[str, Any] | None:
+        if self.config.spec is None or self.config.per_request_metrics == "none":
+            return None
+        if len(seqs) != 1:
+            return {"speculative_decoding": None}
+        return {"speculative_decoding": seqs[0].spec.as_json(self.config.per_request_metrics == "detailed")}
+
+    def _final_body(self, rid: str, body: dict[str, Any], endpoint: str, seqs: list[Sequence],
+                    gens: list[Generated], prompt_len: int) -> dict[str, Any]:
+        top = body.get("top_logprobs") or 0
+        want_logprobs = body.get("logprobs") is True if endpoint == "chat" else isinstance(body.get("logprobs"), int)
+        choices = []
+        for i, (seq, gen) in enumerate(zip(seqs, gens)):
+            logprobs = None
+            if want_logprobs:
+                content = wire.logprobs_content(seq, gen, 0, seq.emitted, top if endpoint == "chat" else body["logprobs"])
+                logprobs = {"content": content}
+            if endpoint == "chat":
+                choices.append({"index": i, "message": wire.chat_message(gen, seq.emitted), "logprobs": logprobs,
+                                "finish_reason": seq.finish_reason, "stop_reason": None})
+            else:
+                choices.append({"index": i, "text": "".join(t.text for t in gen.tokens[: seq.emitted]),
+                                "logprobs": logprobs, "finish_reason": seq.finish_reason, "stop_reason": None,
+                                "prompt_logprobs": None})
+        out: dict[str, Any] = {
+            "id": rid, "object": "chat.completion" if endpoint == "chat" else "text_completion",
+            "created": int(time.time()), "model": self.config.model, "choices": choices,
+            "usage": wire.usage(prompt_len, sum(s.emitted for s in seqs)),
+        }
+        metrics = self._spec_metrics(seqs)
+        if metrics is not None:
+            out["metrics"] = metrics
+        return out
+
+    async def _stream(self, rid: str, body: dict[str, Any], endpoint: str, seqs: list[Sequence],
+                      gens: list[Generated], prompt_len: int) -> AsyncIterator[bytes]:
+        created = int(time.time())
+        obj = "chat.completion.chunk" if endpoint == "chat" else "text_completion"
+        options = body.get("stream_options") if isinstance(body.get("stream_options"), dict) else {}
+        include_usage = bool(options.get("include_usage")) or self.config.force_include_usage
+        want_logprobs = body.get("logprobs") is True if endpoint == "chat" else isinstance(body.get("logprobs"), int)
+        top = (body.get("top_logprobs") or 0) if endpoint == "chat" else (body.get("logprobs") or 0)
+
+        def chunk(choices: list[dict[str, Any]], **extra: Any) -> bytes:
+            payload = {"id": rid, "object": obj, "created": created, "model": self.config.model,
+                       "choices": choices, **extra}
+            return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+        queue: asyncio.Queue[tuple[int, str, int, int]] = asyncio.Queue()
+
+        async def pump(index: int, seq: Sequence) -> None:
+            while True:
+                kind, start, end = await seq.events.get()
+                await queue.put((index, kind, start, end))
+                if kind == "finish":
+                    return
+
+        pumps = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(seqs)]
+        sent_tokens = 0
+        try:
+            if endpoint == "chat":
+                yield chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                              "finish_reason": None} for i in range(len(seqs))])
+            finished = 0
+            while finished < len(seqs):
+                index, kind, start, end = await queue.get()
+                seq, gen = seqs[index], gens[index]
+                if kind == "finish":
+                    finished += 1
+                    delta_key = "delta" if endpoint == "chat" else "text"
+                    yield chunk([{"index": index, delta_key: {} if endpoint == "chat" else "", "logprobs": None,
+                                  "finish_reason": seq.finish_reason, "stop_reason": None}])
+                    continue
+                logprobs = ({"content": wire.logprobs_content(seq, gen, start, end, top)} if want_logprobs else None)
+                if endpoint == "chat":
+                    for delta in wire.chat_deltas(gen, start, end):
+                        yield chunk([{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": None}])
+                        logprobs = None
+                else:
+                    text = "".join(t.text for t in gen.tokens[start:end])
+                    yield chunk([{"index": index, "text": text, "logprobs": logprobs, "finish_reason": None}])
+                sent_tokens += end - start
+                faults = self.faults
+                if faults.malformed_chunk_after_tokens is not None and sent_tokens >= faults.malformed_chunk_after_tokens:
+                    yield b'data: {"id": "broken", "choices": [\n\n'
+                if faults.die_after_tokens is not None and sent_tokens >= faults.die_after_tokens:
+                    raise ConnectionAbortedError("injected fault: stream dies")
+            if include_usage:
+                extra: dict[str, Any] = {"usage": wire.usage(prompt_len, sum(s.emitted for s in seqs))}
+                metrics = self._spec_metrics(seqs)
+                if metrics is not None:
+                    extra["metrics"] = metrics
+                yield chunk([], **extra)
+            yield b"data: [DONE]\n\n"
+        finally:
+            for p in pumps:
+                p.cancel()
+            for seq in seqs:
+                if not seq.finished:
+                    self._engine().abort(seq)
+
+
+def _inject_mismatch(gen: Generated) -> None:
+    for tok in gen.tokens:
+        if tok.channel in ("content", "reasoning"):
+            tok.text = tok.text + "~"
+            return
+    if gen.calls:
+        gen.calls[0].name += "_"
+        for tok in gen.tokens:
+            if tok.channel == "tool_name":
+                tok.text = gen.calls[0].name
+                return
+
+
+async def _disconnected(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+def create_app(config: EmulatorConfig) -> Starlette:
+    """The emulated server as an ASGI app; its engine starts with the app."""
+    emulator = Emulator(config)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        engine = emulator._engine()
+        engine.start()
+        try:
+            yield
+        finally:
+            await engine.stop()
+
+    app = Starlette(
+        routes=[
+            Route("/health", emulator.health, methods=["GET"]),
+            Route("/v1/models", emulator.models, methods=["GET"]),
+            Route("/metrics", emulator.prometheus, methods=["GET"]),
+            Route("/v1/chat/completions", emulator.chat, methods=["POST"]),
+            Route("/v1/completions", emulator.completions, methods=["POST"]),
+            Route("/reset_prefix_cache", emulator.reset_prefix_cache, methods=["POST"]),
+            Route("/debug/ground-truth", emulator.ground_truth, methods=["GET"]),
+            Route("/debug/faults", emulator.set_faults, methods=["POST"]),
+        ],
+        lifespan=lifespan,
+    )
+    app.state.emulator = emulator
+    return app

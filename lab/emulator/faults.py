@@ -1,0 +1,21 @@
+"""Faults an emulated server can be told to show, for reliability tests.
+
+Set at start (``--faults JSON``) or at run time (``POST /debug/faults``).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Faults(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    refuse_connections: bool = Field(False, description="stop accepting connections (one-way)")
+    health_503: bool = Field(False, description="/health answers 503, as a dead engine does")
+    error_status: int | None = Field(None, ge=400, le=599, description="answer completions with this status")
+    error_rate: float = Field(1.0, ge=0.0, le=1.0, description="share of requests error_status applies to")
+    first_byte_delay: float = Field(0.0, ge=0.0, description="seconds before any byte of a completion")
+    die_after_tokens: int | None = Field(None, ge=0, description="drop a stream after this many tokens")
+    malformed_chunk_after_tokens: int | None = Field(None, ge=0, description="send a broken SSE chunk")
+    mismatch_rate: float = Field(0.0, ge=0.0, le=1.0, description="alter output text (breaks losslessness)")

@@ -1,0 +1,99 @@
+"""Start real servers on loopback: in a thread (fast, for tests) or as a process
+(exactly as an operator runs them). Both bind 127.0.0.1 on a free port and
+return only once the server answers ``/health``."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+import httpx
+import uvicorn
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_healthy(url: str, timeout: float = 30.0, process: subprocess.Popen[Any] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"server at {url} exited with status {process.returncode}")
+        try:
+            if httpx.get(f"{url}/health", timeout=1.0).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"server at {url} did not become healthy within {timeout}s")
+
+
+class ServerThread:
+    """An ASGI app under uvicorn in a background thread, on a real socket."""
+
+    def __init__(self, app: Any, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                                    access_log=False, lifespan="on"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("server thread did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+class ServerProcess:
+    """``draftgate <subcommand> ...`` as a child process."""
+
+    def __init__(self, args: list[str], port: int | None = None, health_timeout: float = 60.0) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.args = [sys.executable, "-m", "proxy.cli.main", *args, "--port", str(self.port)]
+        self.health_timeout = health_timeout
+        self.process: subprocess.Popen[str] | None = None
+        # a file, not a pipe: a chatty server must never block on a full pipe
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="draftgate-", suffix=".log", delete=False)
+
+    def __enter__(self) -> ServerProcess:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.process = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT, text=True, env=env)
+        try:
+            wait_healthy(self.url, self.health_timeout, self.process)
+        except Exception:
+            self.__exit__()
+            raise
+        return self
+
+    def output(self) -> str:
+        """Everything the process has printed so far."""
+        with open(self.log.name) as f:
+            return f.read()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()

@@ -1,0 +1,47 @@
+"""Shared fixtures: emulated vLLM pools on loopback, several seeds."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lab.emulator.app import EmulatorConfig, create_app
+from lab.emulator.engine import SpecConfig
+from lab.emulator.profile import EngineProfile
+from lab.servers import ServerThread
+
+ROOT = Path(__file__).parents[1]
+SEEDS = [1, 2, 3]
+FAST = 0.02  # wall seconds per simulated second: a 17 ms decode step takes 0.34 ms
+
+
+def emulator(seed: int, speculative: bool, *, k: int = 8, time_scale: float = FAST, profile_seed: int | None = None,
+             **overrides: Any) -> ServerThread:
+    profile = EngineProfile.random(profile_seed) if profile_seed is not None else EngineProfile()
+    config = EmulatorConfig(
+        profile=profile,
+        spec=SpecConfig("draft_model", k, draft_model="Qwen/Qwen3-4B") if speculative else None,
+        per_request_metrics="summary" if speculative else "none",
+        force_include_usage=True,
+        seed=seed,
+        time_scale=time_scale,
+        **overrides,
+    )
+    return ServerThread(create_app(config))
+
+
+@pytest.fixture(scope="module", params=SEEDS, ids=lambda s: f"seed{s}")
+def pools(request: pytest.FixtureRequest) -> Iterator[tuple[ServerThread, ServerThread]]:
+    """A speculation-on and a speculation-off emulator sharing one random profile."""
+    seed = request.param
+    with emulator(seed, True, profile_seed=seed) as on, emulator(seed, False, profile_seed=seed) as off:
+        yield on, off
+
+
+@pytest.fixture(scope="session")
+def bfcl_rows() -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (ROOT / "lab" / "workloads" / "bfcl_sample.jsonl").open()]

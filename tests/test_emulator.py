@@ -1,0 +1,377 @@
+"""The vLLM emulator, driven by the official openai client over real sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import subprocess
+import sys
+import time
+from typing import Any
+
+import httpx
+import jsonschema
+import openai
+import pytest
+
+from tests.conftest import emulator
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "minLength": 2},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+        "days": {"type": "integer", "minimum": 1, "maximum": 14},
+        "where": {"type": "object", "properties": {"lat": {"type": "number"}, "lon": {"type": "number"}},
+                  "required": ["lat", "lon"]},
+        "tags": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 3},
+    },
+    "required": ["city", "unit", "where", "tags"],
+}}}
+USER = [{"role": "user", "content": "What is the weather in Paris and in Rome?"}]
+
+
+def client(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=30)
+
+
+def metric(url: str, name: str) -> float:
+    text = httpx.get(f"{url}/metrics").text
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_tool_calls_validate_against_their_schema(pools, bfcl_rows) -> None:
+    on, _ = pools
+    c = client(on.url)
+    r = c.chat.completions.create(model="Qwen/Qwen3-32B", messages=USER, tools=[WEATHER], tool_choice="required",
+                                  temperature=0)
+    calls = r.choices[0].message.tool_calls
+    assert calls and r.choices[0].finish_reason == "tool_calls"
+    for call in calls:
+        jsonschema.validate(json.loads(call.function.arguments), WEATHER["function"]["parameters"])
+    checked = 0
+    for row in bfcl_rows[::9]:
+        body = dict(row["request"], tool_choice="required", temperature=0)
+        r = c.chat.completions.create(**body)
+        tools = {t["function"]["name"]: t["function"]["parameters"] for t in body["tools"]}
+        for call in r.choices[0].message.tool_calls:
+            jsonschema.validate(json.loads(call.function.arguments), tools[call.function.name])
+            checked += 1
+    assert checked >= 15
+
+
+def test_streamed_tool_call_reassembles_to_valid_arguments(pools) -> None:
+    on, _ = pools
+    stream = client(on.url).chat.completions.create(
+        model="Qwen/Qwen3-32B", messages=USER, tools=[WEATHER],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}}, stream=True, temperature=0)
+    args: dict[int, str] = {}
+    names: dict[int, str] = {}
+    finish = None
+    for chunk in stream:
+        for choice in chunk.choices:
+            for tc in choice.delta.tool_calls or []:
+                if tc.function.name:
+                    names[tc.index] = tc.function.name
+                args[tc.index] = args.get(tc.index, "") + (tc.function.arguments or "")
+            finish = choice.finish_reason or finish
+    assert names == {0: "get_weather"} and finish == "tool_calls"
+    jsonschema.validate(json.loads(args[0]), WEATHER["function"]["parameters"])
+
+
+def test_json_outputs_validate(pools) -> None:
+    on, _ = pools
+    c = client(on.url)
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0},
+                                               "emails": {"type": "array", "items": {"type": "string", "format": "email"}}},
+              "required": ["name", "age", "emails"]}
+    r = c.chat.completions.create(model="Qwen/Qwen3-32B", messages=USER, temperature=0,
+                                  response_format={"type": "json_schema", "json_schema": {"name": "p", "schema": schema}})
+    jsonschema.validate(json.loads(r.choices[0].message.content), schema)
+    r = c.chat.completions.create(model="Qwen/Qwen3-32B", messages=USER, response_format={"type": "json_object"})
+    assert isinstance(json.loads(r.choices[0].message.content), dict)
+    r = c.chat.completions.create(model="Qwen/Qwen3-32B", messages=USER,
+                                  extra_body={"structured_outputs": {"choice": ["yes", "no"]}})
+    assert r.choices[0].message.content in ("yes", "no")
+    r = c.chat.completions.create(model="Qwen/Qwen3-32B", messages=USER,
+                                  extra_body={"structured_outputs": {"regex": r"[A-Z]{2}-\d{4}"}})
+    assert re.fullmatch(r"[A-Z]{2}-\d{4}", r.choices[0].message.content)
+    r = c.chat.completions.create(model="Qwen/Qwen3-32B", messages=USER,
+                                  extra_body={"structured_outputs": {"json": schema}})
+    jsonschema.validate(json.loads(r.choices[0].message.content), schema)
+
+
+def test_thinking_puts_reasoning_first(pools) -> None:
+    on, _ = pools
+    r = client(on.url).chat.completions.create(model="Qwen/Qwen3-32B", messages=USER, max_tokens=4000,
+                                               extra_body={"chat_template_kwargs": {"enable_thinking": True}})
+    message = r.choices[0].message
+    assert message.model_extra.get("reasoning") and message.content
+    stream = client(on.url).chat.completions.create(model="Qwen/Qwen3-32B", messages=USER, stream=True,
+                                                    reasoning_effort="low", max_tokens=4000)
+    order = []
+    for chunk in stream:
+        for choice in chunk.choices:
+            extra = choice.delta.model_extra or {}
+            if extra.get("reasoning"):
+                order.append("r")
+            if choice.delta.content:
+                order.append("c")
+    assert order[0] == "r" and "c" in order and order.index("c") > max(i for i, k in enumerate(order) if k == "r")
+
+
+def test_max_tokens_and_finish_reason(pools) -> None:
+    on, off = pools
+    for url in (on.url, off.url):
+        r = client(url).chat.completions.create(model="Qwen/Qwen3-32B", messages=USER, max_tokens=5)
+        assert r.usage.completion_tokens == 5 and r.choices[0].finish_reason == "length"
+
+
+def _texts(url: str, bodies: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for body in bodies:
+        r = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60).json()
+        message = r["choices"][0]["message"]
+        out.append(json.dumps([message.get("reasoning"), message.get("content"),
+                               [(c["function"]["name"], c["function"]["arguments"]) for c in message["tool_calls"]]]))
+    return out
+
+
+def test_speculation_is_lossless_at_temperature_zero(pools, bfcl_rows) -> None:
+    on, off = pools
+    bodies = [dict(r["request"], temperature=0) for r in bfcl_rows[::12]]
+    bodies += [{"messages": USER, "temperature": 0, "max_tokens": 60},
+               {"messages": USER, "temperature": 0, "chat_template_kwargs": {"enable_thinking": True}, "max_tokens": 80}]
+    assert _texts(on.url, bodies) == _texts(off.url, bodies)
+
+
+def test_injected_mismatch_breaks_losslessness() -> None:
+    bodies = [{"messages": USER, "temperature": 0, "max_tokens": 20}]
+    with emulator(5, True, faults=__import__("lab.emulator.faults", fromlist=["Faults"]).Faults(mismatch_rate=1.0)) as on, \
+            emulator(5, False) as off:
+        assert _texts(on.url, bodies) != _texts(off.url, bodies)
+
+
+def test_per_request_metrics_reconcile_with_counters(pools, bfcl_rows) -> None:
+    on, _ = pools
+    before = {name: metric(on.url, f"vllm:spec_decode_num_{name}_total") for name in ("drafts", "draft_tokens", "accepted_tokens")}
+    totals = {"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0}
+
+    async def run() -> None:
+        async with httpx.AsyncClient(timeout=60) as h:
+            bodies = [dict(r["request"], temperature=0) for r in bfcl_rows[1::10]]
+            bodies += [{"messages": USER, "max_tokens": 50, "stream": True}] * 3
+            responses = await asyncio.gather(*(h.post(f"{on.url}/v1/chat/completions", json=b) for b in bodies))
+            for body, resp in zip(bodies, responses):
+                if body.get("stream"):
+                    lines = [l for l in resp.text.splitlines() if l.startswith("data: {")]
+                    final = json.loads(lines[-1][6:])
+                    assert final["choices"] == [] and "usage" in final
+                    spec = final["metrics"]["speculative_decoding"]
+                else:
+                    spec = resp.json()["metrics"]["speculative_decoding"]
+                totals["drafts"] += spec["num_spec_steps"]
+                totals["draft_tokens"] += spec["num_draft_tokens"]
+                totals["accepted_tokens"] += spec["num_accepted_draft_tokens"]
+                if spec["num_spec_steps"]:
+                    assert spec["mean_acceptance_length"] == pytest.approx(
+                        1 + spec["num_accepted_draft_tokens"] / spec["num_spec_steps"])
+                    assert sum(spec["acceptance_histogram"]) == spec["num_spec_steps"]
+
+    asyncio.run(run())
+    for name, value in totals.items():
+        assert metric(on.url, f"vllm:spec_decode_num_{name}_total") - before[name] == value
+    assert totals["drafts"] > 0
+
+
+def test_schema_bound_output_is_accepted_more_than_prose(pools) -> None:
+    on, _ = pools
+    c = client(on.url)
+    schema_tau, prose_tau = [], []
+    for i in range(6):
+        messages = [{"role": "user", "content": f"Weather question number {i} for Paris and Rome"}]
+        r = c.chat.completions.create(model="Qwen/Qwen3-32B", messages=messages, tools=[WEATHER],
+                                      tool_choice="required", temperature=0)
+        schema_tau.append(r.model_extra["metrics"]["speculative_decoding"]["mean_acceptance_length"])
+        r = c.chat.completions.create(model="Qwen/Qwen3-32B", messages=messages, temperature=0, max_tokens=80)
+        prose_tau.append(r.model_extra["metrics"]["speculative_decoding"]["mean_acceptance_length"])
+    assert sum(schema_tau) / 6 > sum(prose_tau) / 6 + 1.0
+    truth = httpx.get(f"{on.url}/debug/ground-truth").json()
+    assert truth["acceptance_rate"]["s"] > truth["acceptance_rate"]["f"]
+
+
+def test_sampling_settings_vllm_will_not_speculate(pools) -> None:
+    on, _ = pools
+    before = metric(on.url, "vllm:spec_decode_num_drafts_total")
+    r = client(on.url).chat.completions.create(model="Qwen/Qwen3-32B", messages=USER, max_tokens=30,
+                                               frequency_penalty=0.5)
+    assert r.model_extra["metrics"]["speculative_decoding"]["num_spec_steps"] == 0
+    assert metric(on.url, "vllm:spec_decode_num_drafts_total") == before
+
+
+def test_logprobs_expose_the_targets_distribution(pools) -> None:
+    _, off = pools
+    r = client(off.url).chat.completions.create(model="Qwen/Qwen3-32B", messages=USER, max_tokens=20, temperature=0,
+                                                logprobs=True, top_logprobs=5)
+    content = r.choices[0].logprobs.content
+    assert len(content) == 20
+    for entry in content:
+        probs = [2.718281828 ** t.logprob for t in entry.top_logprobs]
+        assert len(probs) == 5 and probs == sorted(probs, reverse=True) and sum(probs) <= 1.0 + 1e-9
+
+
+def test_errors_in_vllms_shape(pools) -> None:
+    on, _ = pools
+    r = httpx.post(f"{on.url}/v1/chat/completions", json={"model": "nope", "messages": USER})
+    assert r.status_code == 404 and r.json()["error"]["code"] == 404 and r.json()["error"]["param"] == "model"
+    r = httpx.post(f"{on.url}/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["type"] == "BadRequestError"
+    r = httpx.post(f"{on.url}/v1/chat/completions", json={"messages": "hello"})
+    assert r.status_code == 400 and "messages" in r.json()["error"]["message"]
+    r = httpx.post(f"{on.url}/v1/chat/completions", json={"messages": USER, "max_tokens": 5, "surprise_field": {"x": 1}})
+    assert r.status_code == 200
+    with pytest.raises(openai.NotFoundError):
+        client(on.url).chat.completions.create(model="other", messages=USER)
+
+
+def test_models_and_health_say_emulated(pools) -> None:
+    on, _ = pools
+    models = httpx.get(f"{on.url}/v1/models").json()
+    assert models["data"][0]["id"] == "Qwen/Qwen3-32B" and models["data"][0]["emulated"] is True
+    assert httpx.get(f"{on.url}/health").status_code == 200
+
+
+def test_completions_endpoint_streamed_and_not(pools) -> None:
+    on, _ = pools
+    c = client(on.url)
+    r = c.completions.create(model="Qwen/Qwen3-32B", prompt="Once upon a time", max_tokens=16)
+    assert r.choices[0].text and r.usage.completion_tokens == 16
+    text = "".join(ch.choices[0].text for ch in c.completions.create(
+        model="Qwen/Qwen3-32B", prompt="Once upon a time", max_tokens=16, stream=True) if ch.choices)
+    assert text
+
+
+def test_prefix_cache_makes_the_next_turn_cheap_here_only(pools) -> None:
+    on, off = pools
+    history = [{"role": "user", "content": "word " * 3000}]
+    body = {"messages": history, "max_tokens": 3}
+    httpx.post(f"{on.url}/v1/chat/completions", json=body, timeout=60)
+    hits_before = metric(on.url, "vllm:prefix_cache_hits_total")
+    turn2 = {"messages": history + [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}],
+             "max_tokens": 3}
+    httpx.post(f"{on.url}/v1/chat/completions", json=turn2, timeout=60)
+    assert metric(on.url, "vllm:prefix_cache_hits_total") - hits_before >= 2900
+    off_before = metric(off.url, "vllm:prefix_cache_hits_total")
+    httpx.post(f"{off.url}/v1/chat/completions", json=turn2, timeout=60)
+    assert metric(off.url, "vllm:prefix_cache_hits_total") - off_before < 100
+
+
+def test_queueing_beyond_max_num_seqs() -> None:
+    with emulator(7, True, max_num_seqs=2, time_scale=0.05) as on:
+        async def run() -> float:
+            async with httpx.AsyncClient(timeout=60) as h:
+                tasks = [asyncio.ensure_future(h.post(f"{on.url}/v1/chat/completions",
+                                                      json={"messages": USER, "max_tokens": 200, "temperature": 0}))
+                         for _ in range(6)]
+                waiting = 0.0
+                for _ in range(40):
+                    await asyncio.sleep(0.02)
+                    waiting = max(waiting, metric(on.url, "vllm:num_requests_waiting"))
+                    assert metric(on.url, "vllm:num_requests_running") <= 2
+                await asyncio.gather(*tasks)
+                return waiting
+        assert asyncio.run(run()) >= 3
+
+
+def test_timing_model_holds() -> None:
+    """Spec off, one request: wall time ~ (prefill + N * c_T(1)) * time_scale."""
+    scale = 0.1
+    with emulator(9, False, time_scale=scale) as off:
+        truth = httpx.get(f"{off.url}/debug/ground-truth").json()
+        c_t = truth["profile"]["target_pass_seconds"]["points"][0][1]
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 120, "temperature": 0}
+        httpx.post(f"{off.url}/v1/chat/completions", json=body, timeout=60)  # warm
+        start = time.perf_counter()
+        httpx.post(f"{off.url}/v1/chat/completions", json=body, timeout=60)
+        wall = time.perf_counter() - start
+        expected = 120 * c_t * scale
+        assert expected * 0.85 < wall < expected * 1.35, (wall, expected)
+    with emulator(9, True, time_scale=scale, k=4) as on:
+        truth = httpx.get(f"{on.url}/debug/ground-truth").json()
+        steps_before = len(truth["steps"])
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 150, "temperature": 0}
+        start = time.perf_counter()
+        r = httpx.post(f"{on.url}/v1/chat/completions", json=body, timeout=60).json()
+        wall = time.perf_counter() - start
+        spec = r["metrics"]["speculative_decoding"]
+        profile = truth["profile"]
+        delta1 = profile["delta"]["points"][0][1]
+        round_cost = c_t * (1 + 4 * delta1) + 4 * profile["draft_cost"] * c_t
+        expected = (spec["num_spec_steps"] * round_cost + (1 + 150 - spec["num_spec_steps"]
+                    - spec["num_accepted_draft_tokens"]) * c_t) * scale
+        assert expected * 0.8 < wall < expected * 1.4, (wall, expected)
+        assert steps_before is not None
+
+
+def test_faults() -> None:
+    from lab.emulator.faults import Faults
+
+    with emulator(11, True) as on:
+        httpx.post(f"{on.url}/debug/faults", json={"health_503": True})
+        assert httpx.get(f"{on.url}/health").status_code == 503
+        httpx.post(f"{on.url}/debug/faults", json={"health_503": False, "error_status": 503})
+        assert httpx.post(f"{on.url}/v1/chat/completions", json={"messages": USER}).status_code == 503
+        httpx.post(f"{on.url}/debug/faults", json={"error_status": None, "first_byte_delay": 0.3})
+        start = time.perf_counter()
+        httpx.post(f"{on.url}/v1/chat/completions", json={"messages": USER, "max_tokens": 2})
+        assert time.perf_counter() - start >= 0.3
+        httpx.post(f"{on.url}/debug/faults", json={"first_byte_delay": 0, "die_after_tokens": 5})
+        with pytest.raises(httpx.RemoteProtocolError):
+            with httpx.stream("POST", f"{on.url}/v1/chat/completions",
+                              json={"messages": USER, "max_tokens": 100, "stream": True}) as r:
+                for _ in r.iter_lines():
+                    pass
+        httpx.post(f"{on.url}/debug/faults", json={"die_after_tokens": None, "malformed_chunk_after_tokens": 1})
+        text = httpx.post(f"{on.url}/v1/chat/completions", json={"messages": USER, "max_tokens": 10, "stream": True}).text
+        broken = [l for l in text.splitlines() if l.startswith("data: {")]
+        with pytest.raises(json.JSONDecodeError):
+            for line in broken:
+                json.loads(line[6:])
+        r = httpx.post(f"{on.url}/debug/faults", json={"nonsense": 1})
+        assert r.status_code == 400
+    assert Faults().error_status is None
+
+
+def test_disconnect_frees_the_sequence() -> None:
+    with emulator(12, False, time_scale=0.2) as off:
+        async def run() -> None:
+            async with httpx.AsyncClient(timeout=30) as h:
+                task = asyncio.ensure_future(h.post(f"{off.url}/v1/chat/completions",
+                                                    json={"messages": USER, "reasoning_effort": "high"}))
+                await asyncio.sleep(0.3)
+                assert metric(off.url, "vllm:num_requests_running") == 1
+                task.cancel()
+                await asyncio.sleep(0.3)
+                assert metric(off.url, "vllm:num_requests_running") == 0
+        asyncio.run(run())
+
+
+def test_emulate_cli_process() -> None:
+    from lab.servers import ServerProcess
+
+    with ServerProcess(["emulate", "--speculative-config",
+                        '{"method": "draft_model", "model": "Qwen/Qwen3-4B", "num_speculative_tokens": 4,'
+                        ' "num_speculative_tokens_per_batch_size": [[1, 4, 4], [5, 1024, 0]]}',
+                        "--per-request-spec-decode-metrics", "detailed", "--time-scale", "0.02"]) as server:
+        r = httpx.post(f"{server.url}/v1/chat/completions", json={"messages": USER, "max_tokens": 30}).json()
+        spec = r["metrics"]["speculative_decoding"]
+        assert len(spec["per_step_accepted"]) == spec["num_spec_steps"] > 0
+        assert "emulator" in server.output()
+    bad = subprocess.run([sys.executable, "-m", "proxy.cli.main", "emulate", "--speculative-config", "{bad"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "not valid JSON" in bad.stderr and "Traceback" not in bad.stderr
