@@ -13,6 +13,7 @@ import json
 import random
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -72,6 +73,8 @@ class Emulator:
         self.engine: Engine | None = None
         self.rng = random.Random(config.seed)
         self.refuse_hook: Callable[[], None] | None = None
+        # the last requests as received, for transparency tests
+        self.received: deque[dict[str, Any]] = deque(maxlen=16)
         defaults = config.profile.generation_defaults
         self.sampling_defaults = SamplingDefaults(**{k: v for k, v in defaults.items()
                                                      if k in SamplingDefaults.model_fields})
@@ -121,6 +124,9 @@ class Emulator:
                 return _error("refuse_connections needs the server started by draftgate emulate", 400)
             self.refuse_hook()
         return JSONResponse(self.faults.model_dump())
+
+    async def last_requests(self, request: Request) -> JSONResponse:
+        return JSONResponse(list(self.received))
 
     async def reset_prefix_cache(self, request: Request) -> Response:
         self._engine().reset_prefix_cache()
@@ -176,6 +182,7 @@ class Emulator:
         if "application/json" not in request.headers.get("content-type", "application/json"):
             raise _BadRequest("Content-Type must be application/json")
         raw = await request.body()
+        self.received.append({"body": raw.decode("utf-8", "replace"), "headers": dict(request.headers)})
         try:
             body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -393,6 +400,7 @@ def create_app(config: EmulatorConfig) -> Starlette:
             Route("/reset_prefix_cache", emulator.reset_prefix_cache, methods=["POST"]),
             Route("/debug/ground-truth", emulator.ground_truth, methods=["GET"]),
             Route("/debug/faults", emulator.set_faults, methods=["POST"]),
+            Route("/debug/requests", emulator.last_requests, methods=["GET"]),
         ],
         lifespan=lifespan,
     )

@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "law": ("proxy.cli.law", "evaluate the Draft Law for one set of parameters"),
     "explain": ("proxy.cli.explain", "estimate a request's output structure (S/R/F) and why"),
     "emulate": ("lab.emulator.cli", "run an emulated vLLM OpenAI server (no GPU needed)"),
+    "serve": ("proxy.cli.serve", "run the draftgate proxy in front of vLLM pools"),
 }
 
 

@@ -1,0 +1,235 @@
+"""The gate: which pool serves a request, and what it is predicted to save.
+
+Pure: numbers and models in, a decision out. The cost of serving a request
+on a pool is counted in *slot-seconds per output token*: the time the request
+holds a decode slot (``c_T(b)`` per target pass at the pool's load ``b``, times
+the speculative net-cost ratio), plus any prefill it must redo, which stalls
+the whole batch (so it is weighed by ``b``), plus a queueing penalty. Pools are
+the same hardware, so equal slot-seconds cost equal money; dividing by ``b``
+gives GPU-seconds per token, which is what the metrics export.
+
+Load enters through ``delta(b)`` and ``c_T(b)``; cache locality through the
+prefix a pool already holds; temperature through the class predictabilities;
+requests vLLM will not speculate, and ``n > 1``, go to a plain pool.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from policy import law
+from policy.calibration import Calibration
+from policy.structure.estimator import StructureEstimate
+
+Mode = Literal["auto", "always_on", "always_off"]
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """What the gate needs to know of a pool right now."""
+
+    name: str
+    method: str | None  # None: speculation off
+    gamma: int = 0
+    draft_cost: float | None = None  # None: take it from calibration
+    healthy: bool = True
+    running: float = 0.0  # running requests (scraped, or the proxy's own count if fresher)
+    waiting: float = 0.0
+    max_num_seqs: int = 256
+    draft_prefill_ratio: float = 0.0
+
+    @property
+    def speculative(self) -> bool:
+        return self.method is not None and self.gamma > 0
+
+    @property
+    def at_capacity(self) -> bool:
+        return self.running >= self.max_num_seqs
+
+
+@dataclass(frozen=True)
+class GatePolicy:
+    mode: Mode = "auto"
+    margin: float = 0.0  # speculation must cost at least this fraction less than the plain pool
+    hysteresis: float = 0.03  # a route changes only when the other side is this much cheaper
+    queue_penalty_passes: float = 25.0  # target passes of delay charged per waiting request
+
+
+@dataclass(frozen=True)
+class Affinity:
+    """Where the conversation's prefix is cached, and how many prompt tokens it covers."""
+
+    pool: str
+    cached_tokens: float
+
+
+@dataclass(frozen=True)
+class PoolCost:
+    pool: str
+    saving: float  # predicted speculative saving on this pool (0 for plain pools)
+    tau: dict[str, float]
+    cost_per_token: float  # slot-seconds per output token, everything included
+    gpu_seconds_per_token: float
+    prefill_seconds: float
+    eligible: bool
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Decision:
+    route: str
+    predicted_saving: float
+    predicted_tau: dict[str, float]
+    break_even_ws: float | None
+    break_even_note: str | None
+    reasons: tuple[str, ...]
+    costs: tuple[PoolCost, ...] = field(default_factory=tuple)
+
+    def cost_of(self, pool: str) -> PoolCost | None:
+        return next((c for c in self.costs if c.pool == pool), None)
+
+
+def predicted_taus(calibration: Calibration, pool: PoolView, temperature: float) -> dict[str, float]:
+    """Per-class tau on a pool: measured values at temperature 0 when calibration has
+    them, else the law from kappa and the class predictabilities at this temperature."""
+    measured = calibration.pool(pool.name, pool.gamma, pool.method).tau_greedy
+    if measured is not None and temperature <= 1e-5:
+        return {c: min(float(pool.gamma), measured.of(c)) for c in "srf"}
+    rho = calibration.rho_at(temperature)
+    return {c: law.tau(law.acceptance(rho.of(c), calibration.kappa), pool.gamma) for c in "srf"}
+
+
+def pool_cost(
+    estimate: StructureEstimate,
+    pool: PoolView,
+    calibration: Calibration,
+    policy: GatePolicy,
+    affinity: Affinity | None,
+) -> PoolCost:
+    batch = pool.running + 1.0
+    c_t = calibration.target_pass_seconds(batch)
+    tokens = max(1.0, estimate.expected_tokens.total)
+    mix = law.ClassMix(estimate.w_s, estimate.w_r, max(0.0, 1.0 - estimate.w_s - estimate.w_r))
+    taus = {"s": 0.0, "r": 0.0, "f": 0.0}
+    saving = 0.0
+    if pool.speculative and not estimate.speculation_unsupported:
+        cal = calibration.pool(pool.name, pool.gamma, pool.method)
+        d = pool.draft_cost if pool.draft_cost is not None else cal.draft_cost
+        drafter = law.Drafter(pool.gamma, cal.delta(batch), d)
+        taus = predicted_taus(calibration, pool, estimate.temperature)
+        saving = law.predict_spans_from_tau(mix, taus, drafter).saving
+    cached = affinity.cached_tokens if affinity is not None and affinity.pool == pool.name else 0.0
+    uncached = max(0.0, estimate.prompt_tokens - cached)
+    prefill = uncached * calibration.prefill_seconds_per_token * (1.0 + pool.draft_prefill_ratio)
+    prefill += cached * calibration.prefill_seconds_per_token * calibration.prefill_hit_cost_ratio
+    decode = tokens * c_t * (1.0 - saving)
+    queue = pool.waiting * policy.queue_penalty_passes * c_t
+    slot_seconds = decode + prefill * batch + queue
+    eligible = pool.healthy
+    note = "" if pool.healthy else "unhealthy"
+    if pool.at_capacity:
+        note = "at capacity"
+    return PoolCost(
+        pool=pool.name,
+        saving=saving,
+        tau=taus,
+        cost_per_token=slot_seconds / tokens,
+        gpu_seconds_per_token=(decode / batch + prefill) / tokens,
+        prefill_seconds=prefill,
+        eligible=eligible,
+        note=note,
+    )
+
+
+def decide(
+    estimate: StructureEstimate,
+    pools: list[PoolView],
+    calibration: Calibration,
+    policy: GatePolicy = GatePolicy(),
+    affinity: Affinity | None = None,
+    previous: str | None = None,
+) -> Decision:
+    """Pick the pool with the lowest predicted cost per output token."""
+    if not pools:
+        raise ValueError("the gate needs at least one pool")
+    reasons: list[str] = []
+    costs = [pool_cost(estimate, p, calibration, policy, affinity) for p in pools]
+    by_name = {p.name: p for p in pools}
+    candidates = [c for c in costs if c.eligible] or costs
+    if len(candidates) < len(costs):
+        reasons.append("skipped unhealthy: " + ", ".join(c.pool for c in costs if not c.eligible))
+    with_room = [c for c in candidates if not by_name[c.pool].at_capacity]
+    if with_room and len(with_room) < len(candidates):
+        reasons.append("at capacity, no marginal traffic: " +
+                       ", ".join(c.pool for c in candidates if by_name[c.pool].at_capacity))
+        candidates = with_room
+    plain = [c for c in candidates if not by_name[c.pool].speculative]
+    spec = [c for c in candidates if by_name[c.pool].speculative]
+
+    forced: list[PoolCost] | None = None
+    if estimate.speculation_unsupported:
+        reasons.append("vLLM will not speculate on this request (" + ", ".join(estimate.speculation_blockers) + ")")
+        forced = plain or None
+    elif estimate.n > 1:
+        reasons.append(f"n={estimate.n}: plain pool")
+        forced = plain or None
+    elif policy.mode == "always_off":
+        reasons.append("mode always_off")
+        forced = plain or None
+    elif policy.mode == "always_on":
+        reasons.append("mode always_on")
+        forced = spec or None
+    if forced is not None:
+        chosen = min(forced, key=lambda c: c.cost_per_token)
+    else:
+        chosen = _cheapest(candidates, by_name, policy, previous, reasons)
+    best_spec = max(spec or [c for c in costs if by_name[c.pool].speculative] or [chosen], key=lambda c: c.saving)
+    ws_star, ws_note = _break_even(estimate, by_name.get(best_spec.pool), calibration)
+    pool = by_name[chosen.pool]
+    if pool.speculative:
+        reasons.append(f"speculate on {chosen.pool} (gamma={pool.gamma}): predicted saving {chosen.saving:+.1%}")
+    else:
+        reasons.append(f"plain pool {chosen.pool}: best speculative saving {best_spec.saving:+.1%}")
+    if affinity is not None:
+        reasons.append(f"prefix of ~{affinity.cached_tokens:.0f} tokens cached on {affinity.pool}")
+    return Decision(
+        route=chosen.pool,
+        predicted_saving=chosen.saving,
+        predicted_tau=dict(chosen.tau if pool.speculative else best_spec.tau),
+        break_even_ws=ws_star,
+        break_even_note=ws_note,
+        reasons=tuple(reasons),
+        costs=tuple(costs),
+    )
+
+
+def _cheapest(candidates: list[PoolCost], pools: dict[str, PoolView], policy: GatePolicy, previous: str | None,
+              reasons: list[str]) -> PoolCost:
+    def adjusted(c: PoolCost) -> float:
+        # the margin is charged to speculation: it must cost at least `margin` less than plain
+        return c.cost_per_token / (1.0 - policy.margin) if pools[c.pool].speculative else c.cost_per_token
+
+    best = min(candidates, key=adjusted)
+    if previous is not None and previous != best.pool:
+        incumbent = next((c for c in candidates if c.pool == previous), None)
+        if incumbent is not None and adjusted(incumbent) <= adjusted(best) * (1.0 + policy.hysteresis):
+            reasons.append(f"hysteresis: staying on {previous}")
+            return incumbent
+    return best
+
+
+def _break_even(estimate: StructureEstimate, pool: PoolView | None,
+                calibration: Calibration) -> tuple[float | None, str | None]:
+    if pool is None or not pool.speculative:
+        return None, "no speculative pool"
+    cal = calibration.pool(pool.name, pool.gamma, pool.method)
+    d = pool.draft_cost if pool.draft_cost is not None else cal.draft_cost
+    drafter = law.Drafter(pool.gamma, cal.delta(pool.running + 1.0), d)
+    taus = predicted_taus(calibration, pool, estimate.temperature)
+    mix = law.ClassMix(estimate.w_s, estimate.w_r, max(0.0, 1.0 - estimate.w_s - estimate.w_r))
+    ws = law.break_even_ws_spans(taus, drafter, mix)
+    if ws.value is None or math.isnan(ws.value):
+        return None, ws.reason
+    return ws.value, ws.reason

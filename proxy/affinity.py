@@ -1,0 +1,109 @@
+"""Which pool and replica hold a conversation's prefix in their cache.
+
+Agents resend a growing conversation; moving turn N+1 to another pool
+re-prefills all of it. A conversation is identified by a chained hash over its
+messages (so turn N+1, which extends turn N, finds turn N's entry at the
+longest matching prefix) and by ``session_id`` / ``user`` when present.
+Memory is bounded (LRU).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Placement:
+    pool: str
+    replica: str
+    prompt_tokens: float
+
+
+@dataclass(frozen=True)
+class Match:
+    placement: Placement
+    cached_tokens: float
+    via: str  # "prefix" or "session"
+
+
+def _chain(body: dict[str, Any]) -> list[tuple[bytes, int]]:
+    """(hash, characters so far) after each message, rooted in the model and tools."""
+    root = hashlib.blake2b(digest_size=12)
+    root.update(str(body.get("model")).encode())
+    tools = body.get("tools")
+    if isinstance(tools, list):
+        for tool in tools:
+            fn = tool.get("function") if isinstance(tool, dict) else None
+            root.update(str(fn.get("name") if isinstance(fn, dict) else tool).encode())
+    h = root.digest()
+    out: list[tuple[bytes, int]] = []
+    chars = 0
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return out
+    for message in messages:
+        try:
+            text = json.dumps(message, sort_keys=True, separators=(",", ":"))
+        except (TypeError, ValueError):
+            text = repr(message)
+        chars += len(text)
+        h = hashlib.blake2b(h + text.encode(), digest_size=12).digest()
+        out.append((h, chars))
+    return out
+
+
+def _session(body: dict[str, Any]) -> str | None:
+    for key in ("session_id", "user"):
+        value = body.get(key)
+        if isinstance(value, str) and value:
+            return f"{key}:{value}"
+    return None
+
+
+class AffinityTable:
+    def __init__(self, capacity: int = 100_000) -> None:
+        self.capacity = capacity
+        self._entries: OrderedDict[bytes | str, Placement] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def lookup(self, body: Any, prompt_tokens: float) -> Match | None:
+        if not isinstance(body, dict):
+            return None
+        chain = _chain(body)
+        total = chain[-1][1] if chain else 0
+        # the last message is the new turn: only what precedes it can be cached
+        for h, chars in reversed(chain[:-1]):
+            placement = self._entries.get(h)
+            if placement is not None:
+                self._entries.move_to_end(h)
+                cached = min(placement.prompt_tokens, prompt_tokens * chars / total) if total else 0.0
+                return Match(placement, cached, "prefix")
+        session = _session(body)
+        if session is not None and session in self._entries:
+            placement = self._entries[session]
+            self._entries.move_to_end(session)
+            return Match(placement, min(placement.prompt_tokens, prompt_tokens) * 0.5, "session")
+        return None
+
+    def record(self, body: Any, pool: str, replica: str, prompt_tokens: float) -> None:
+        if not isinstance(body, dict):
+            return
+        placement = Placement(pool, replica, prompt_tokens)
+        chain = _chain(body)
+        if chain:
+            self._put(chain[-1][0], placement)
+        session = _session(body)
+        if session is not None:
+            self._put(session, placement)
+
+    def _put(self, key: bytes | str, placement: Placement) -> None:
+        self._entries[key] = placement
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.capacity:
+            self._entries.popitem(last=False)

@@ -1,0 +1,363 @@
+"""The draftgate HTTP service: an OpenAI-compatible gate in front of vLLM pools.
+
+Chat and text completions are gated; every other ``/v1/*`` request passes
+through to a plain pool. The request body reaches the backend byte for byte;
+headers pass except hop-by-hop ones; responses come back unchanged, plus
+three ``x-draftgate-*`` headers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from proxy.config import ConfigError, ProxySettings
+from proxy.errors import openai_error, stream_error_event
+from proxy.forwarding import NoCapacity, Upstream, UpstreamUnavailable, downstream_headers, send_with_failover
+from proxy.gatekeeper import Gatekeeper, Plan
+from proxy.monitor import Monitor
+from proxy.observe import Observation
+from proxy.recorder import Recorder
+from proxy.relay import client_wants_usage, relay_events
+
+log = logging.getLogger("draftgate.proxy")
+
+
+class BadRequest(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.param, self.code = status, param, code
+
+
+class Proxy:
+    """Request handling; one instance per app."""
+
+    def __init__(self, settings: ProxySettings, reload_settings: Callable[[], ProxySettings] | None = None) -> None:
+        self.gk = Gatekeeper(settings)
+        self.reload_settings = reload_settings
+        # httpcore scans its whole pool per request: keep the pool modest so an overload cannot snowball
+        self.client = httpx.AsyncClient(limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+                                        timeout=self._timeout())
+        self.monitor = Monitor(self.gk.pools, self.client, settings.health_interval, settings.scrape_interval,
+                               on_scrape=None)
+        self.recorder = Recorder(self.gk)
+        self.monitor.on_scrape = self.recorder.on_scrape
+        self.known_models: set[str] = set()
+        self.models_checked = 0.0
+
+    def _timeout(self) -> httpx.Timeout:
+        s = self.gk.settings
+        return httpx.Timeout(connect=s.connect_timeout, read=s.first_byte_timeout, write=30.0, pool=s.connect_timeout)
+
+    # ------------------------------------------------------------ gated routes
+
+    async def chat(self, request: Request) -> Response:
+        return await self._gated(request, "chat", "/v1/chat/completions")
+
+    async def completions(self, request: Request) -> Response:
+        return await self._gated(request, "completions", "/v1/completions")
+
+    async def _gated(self, request: Request, endpoint: str, path: str) -> Response:
+        started = time.perf_counter()
+        try:
+            self._authorize(request)
+            raw, body = await self._read_json(request)
+            self._validate(body, endpoint)
+            await self._check_model(body)
+            plan = self.gk.plan(body, endpoint)
+        except BadRequest as exc:
+            return openai_error(exc.status, str(exc), param=exc.param, code=exc.code)
+        gk = self.gk
+        gk.metrics.decisions.labels(model=plan.model or "", route=plan.decision.route,
+                                    reason=gk.decision_reason(plan)).inc()
+        overhead = time.perf_counter() - started
+        prefer = (plan.affinity.placement.pool, plan.affinity.placement.replica) if plan.affinity else None
+        observation = Observation()
+        try:
+            upstream = await send_with_failover(gk, self.client, "POST", path, request.url.query.encode(),
+                                                request.headers, raw, plan.order, prefer, plan.model, self._timeout())
+        except NoCapacity:
+            self.recorder.finish(plan, None, observation, 503, overhead)
+            return openai_error(503, "all pools are at capacity; retry shortly", code="overloaded",
+                                headers={"retry-after": "1", **plan.headers()})
+        except UpstreamUnavailable as exc:
+            self.recorder.finish(plan, None, observation, exc.status, overhead)
+            return openai_error(exc.status, f"no pool could serve the request: {exc}", code="upstream_unavailable")
+        observation.failovers = upstream.failovers
+        headers = {**downstream_headers(upstream.response.headers), **plan.headers(),
+                   "x-draftgate-route": upstream.pool.name}
+        if body.get("stream") is True and upstream.response.status_code == 200:
+            strip = not client_wants_usage(body)
+            return StreamingResponse(self._stream(plan, upstream, observation, strip, overhead),
+                                     status_code=200, headers=headers)
+        return await self._whole(request, plan, upstream, observation, headers, overhead)
+
+    async def _whole(self, request: Request, plan: Plan, upstream: Upstream, observation: Observation,
+                     headers: dict[str, str], overhead: float) -> Response:
+        reading = asyncio.ensure_future(_read_all(upstream.response))
+        gone = asyncio.ensure_future(_disconnected(request))
+        try:
+            await asyncio.wait({reading, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if not reading.done():
+                reading.cancel()
+                self.recorder.finish(plan, upstream, observation, 499, overhead)
+                return Response(status_code=499)
+            content = reading.result()
+        except httpx.HTTPError as exc:
+            self.recorder.finish(plan, upstream, observation, 502, overhead)
+            return openai_error(502, f"upstream failed while answering: {type(exc).__name__}")
+        finally:
+            gone.cancel()
+            await upstream.response.aclose()
+            await self.gk.pools.release(upstream.replica)
+        post = time.perf_counter()
+        status = upstream.response.status_code
+        observation.first_byte_at = observation.finished_at = post
+        if status == 200 and "content-encoding" not in upstream.response.headers:
+            observation.feed_bytes(content)
+            observation.complete = True
+        response = Response(content=content, status_code=status, headers=headers)
+        self.recorder.finish(plan, upstream, observation, status, overhead + (time.perf_counter() - post))
+        return response
+
+    async def _stream(self, plan: Plan, upstream: Upstream, observation: Observation, strip_usage: bool,
+                      overhead: float) -> AsyncIterator[bytes]:
+        status = 200
+        try:
+            async for event in relay_events(upstream.response.aiter_raw(), observation, strip_usage):
+                if observation.first_byte_at is None:
+                    observation.first_byte_at = time.perf_counter()
+                yield event
+        except httpx.HTTPError as exc:
+            status = 502
+            self.gk.metrics.upstream_errors.labels(pool=upstream.pool.name, kind="mid_stream").inc()
+            yield stream_error_event(502, f"upstream failed mid-stream: {type(exc).__name__}")
+        except asyncio.CancelledError:
+            status = 499
+            raise
+        finally:
+            observation.finished_at = time.perf_counter()
+            await upstream.response.aclose()
+            await self.gk.pools.release(upstream.replica)
+            if status == 200 and not observation.complete:
+                status = 499
+            self.recorder.finish(plan, upstream, observation, status, overhead)
+
+    # ------------------------------------------------------------ checks
+
+    def _authorize(self, request: Request) -> None:
+        keys = self.gk.settings.api_keys
+        if not keys:
+            return
+        header = request.headers.get("authorization", "")
+        token = header[7:] if header.lower().startswith("bearer ") else ""
+        if not any(token == k.get_secret_value() for k in keys):
+            raise BadRequest(401, "invalid or missing API key", code="invalid_api_key")
+
+    async def _read_json(self, request: Request) -> tuple[bytes, Any]:
+        ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+        if ctype != "application/json":
+            raise BadRequest(415, f"content type must be application/json, got {ctype!r}")
+        limit = self.gk.settings.max_body_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise BadRequest(413, f"request body exceeds {limit} bytes")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise BadRequest(413, f"request body exceeds {limit} bytes")
+            chunks.append(chunk)
+        raw = b"".join(chunks)
+        try:
+            return raw, json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise BadRequest(400, f"request body is not valid JSON: {exc}") from None
+
+    @staticmethod
+    def _validate(body: Any, endpoint: str) -> None:
+        if not isinstance(body, dict):
+            raise BadRequest(400, "request body must be a JSON object")
+        if endpoint == "chat":
+            messages = body.get("messages")
+            if not isinstance(messages, list):
+                raise BadRequest(400, "'messages' must be a list of message objects", param="messages")
+            if not messages:
+                raise BadRequest(400, "'messages' must not be empty", param="messages")
+        elif "prompt" not in body:
+            raise BadRequest(400, "'prompt' is required", param="prompt")
+        model = body.get("model")
+        if model is not None and not isinstance(model, str):
+            raise BadRequest(400, "'model' must be a string", param="model")
+
+    async def _check_model(self, body: dict[str, Any]) -> None:
+        model = body.get("model")
+        if not isinstance(model, str):
+            return
+        if model not in self.known_models and time.monotonic() - self.models_checked > 5.0:
+            await self._refresh_models()
+        if self.known_models and model not in self.known_models:
+            raise BadRequest(404, f"The model `{model}` does not exist.", param="model", code="model_not_found")
+
+    async def _refresh_models(self) -> list[dict[str, Any]]:
+        self.models_checked = time.monotonic()
+        merged: dict[str, dict[str, Any]] = {}
+
+        async def fetch(url: str) -> list[dict[str, Any]]:
+            response = await self.client.get(f"{url}/v1/models", timeout=3.0)
+            data = response.json().get("data", []) if response.status_code == 200 else []
+            return [m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+
+        urls = [r.url for pool in self.gk.pools for r in pool.healthy_replicas()[:1]]
+        results = await asyncio.gather(*(fetch(u) for u in urls), return_exceptions=True)
+        for result in results:
+            if isinstance(result, list):
+                for entry in result:
+                    merged.setdefault(entry["id"], entry)
+        if merged:
+            self.known_models = set(merged)
+        return list(merged.values())
+
+    # ------------------------------------------------------------ other routes
+
+    async def models(self, request: Request) -> Response:
+        data = await self._refresh_models()
+        if not data:
+            return openai_error(503, "no pool answered /v1/models", code="upstream_unavailable")
+        return JSONResponse({"object": "list", "data": data})
+
+    async def passthrough(self, request: Request) -> Response:
+        """Other /v1/* requests go to a plain pool, with the same failover."""
+        try:
+            self._authorize(request)
+        except BadRequest as exc:
+            return openai_error(exc.status, str(exc), code=exc.code)
+        raw = await request.body()
+        pools = sorted(self.gk.pools, key=lambda p: p.speculative)
+        try:
+            upstream = await send_with_failover(self.gk, self.client, request.method, request.url.path,
+                                                request.url.query.encode(), request.headers, raw,
+                                                [p.name for p in pools], None, None, self._timeout())
+        except NoCapacity:
+            return openai_error(503, "all pools are at capacity; retry shortly", headers={"retry-after": "1"})
+        except UpstreamUnavailable as exc:
+            return openai_error(exc.status, f"no pool could serve the request: {exc}")
+
+        async def body() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in upstream.response.aiter_raw():
+                    yield chunk
+            finally:
+                await upstream.response.aclose()
+                await self.gk.pools.release(upstream.replica)
+
+        headers = {**downstream_headers(upstream.response.headers), "x-draftgate-route": upstream.pool.name}
+        return StreamingResponse(body(), status_code=upstream.response.status_code, headers=headers)
+
+    async def explain(self, request: Request) -> Response:
+        try:
+            self._authorize(request)
+            _, body = await self._read_json(request)
+            if not isinstance(body, dict):
+                raise BadRequest(400, "request body must be a JSON object")
+            endpoint = "completions" if "prompt" in body and "messages" not in body else "chat"
+            return JSONResponse(self.gk.plan(body, endpoint).explain())
+        except BadRequest as exc:
+            return openai_error(exc.status, str(exc), param=exc.param)
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def ready(self, request: Request) -> Response:
+        healthy = {p.name: len(p.healthy_replicas()) for p in self.gk.pools}
+        status = 200 if any(healthy.values()) else 503
+        return JSONResponse({"ready": status == 200, "healthy_replicas": healthy}, status_code=status)
+
+    async def metrics(self, request: Request) -> Response:
+        self.recorder.refresh_gauges()
+        return Response(generate_latest(self.gk.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def reload(self, request: Request) -> Response:
+        token = self.gk.settings.admin_token
+        if token is None:
+            return openai_error(403, "reload is disabled: set admin_token in the configuration")
+        given = request.headers.get("authorization", "")
+        if given != f"Bearer {token.get_secret_value()}":
+            return openai_error(401, "invalid admin token", code="invalid_admin_token")
+        try:
+            self.do_reload()
+        except ConfigError as exc:
+            return openai_error(400, str(exc), code="invalid_configuration")
+        return JSONResponse({"reloaded": True, "pools": [p.name for p in self.gk.pools]})
+
+    def do_reload(self) -> None:
+        if self.reload_settings is None:
+            raise ConfigError("this proxy was started without a configuration file to reload")
+        self.gk.reload(self.reload_settings())
+        log.info("configuration reloaded")
+
+
+async def _read_all(response: httpx.Response) -> bytes:
+    return b"".join([chunk async for chunk in response.aiter_raw()])
+
+
+async def _disconnected(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+def create_app(settings: ProxySettings, reload_settings: Callable[[], ProxySettings] | None = None) -> FastAPI:
+    proxy = Proxy(settings, reload_settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        proxy.monitor.start()
+        loop = asyncio.get_running_loop()
+        try:
+            loop.add_signal_handler(signal.SIGHUP, _sighup, proxy)
+        except (ValueError, RuntimeError, NotImplementedError):
+            pass  # not the main thread (in-process tests): reload via the endpoint
+        try:
+            yield
+        finally:
+            await proxy.monitor.stop()
+            await proxy.client.aclose()
+
+    app = FastAPI(title="draftgate", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
+    app.add_api_route("/v1/chat/completions", proxy.chat, methods=["POST"])
+    app.add_api_route("/v1/completions", proxy.completions, methods=["POST"])
+    app.add_api_route("/v1/models", proxy.models, methods=["GET"])
+    app.add_api_route("/health", proxy.health, methods=["GET"])
+    app.add_api_route("/ready", proxy.ready, methods=["GET"])
+    app.add_api_route("/metrics", proxy.metrics, methods=["GET"])
+    app.add_api_route("/draftgate/explain", proxy.explain, methods=["POST"])
+    app.add_api_route("/draftgate/reload", proxy.reload, methods=["POST"])
+    app.add_api_route("/v1/{rest:path}", proxy.passthrough, methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("unexpected error", extra={"path": request.url.path})
+        return openai_error(500, "internal error in draftgate; the request was not forwarded")
+
+    app.state.proxy = proxy
+    return app
+
+
+def _sighup(proxy: Proxy) -> None:
+    try:
+        proxy.do_reload()
+    except ConfigError as exc:
+        log.error("reload failed, keeping the previous configuration: %s", exc)

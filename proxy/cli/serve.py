@@ -1,0 +1,66 @@
+"""``draftgate serve``: run the proxy, from a config file or the quick-start flags."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from proxy.cli.errors import CliError
+
+
+def _urls(text: str) -> list[str]:
+    return [u.strip() for u in text.split(",") if u.strip()]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="YAML configuration file (environment DRAFTGATE_* overrides it)")
+    parser.add_argument("--spec-on", type=_urls, default=[], help="speculation pool replica URL(s), comma-separated")
+    parser.add_argument("--spec-off", type=_urls, default=[], help="plain pool replica URL(s), comma-separated")
+    parser.add_argument("--gamma", type=int, default=8, help="depth of the --spec-on pool (default 8)")
+    parser.add_argument("--host", help="listen address (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="listen port (default 8000)")
+    parser.add_argument("--calibration", help="calibration file written by draftgate calibrate")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+
+def overrides(args: argparse.Namespace) -> dict[str, Any]:
+    from proxy.config import quick_start_pools
+
+    out: dict[str, Any] = {}
+    if args.spec_on or args.spec_off:
+        out["pools"] = quick_start_pools(args.spec_on, args.spec_off, args.gamma)
+    if args.host:
+        out["host"] = args.host
+    if args.port is not None:
+        out["port"] = args.port
+    if args.calibration:
+        out["calibration_file"] = args.calibration
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from proxy import logs
+    from proxy.app import create_app
+    from proxy.config import ConfigError, load_settings
+
+    if not args.config and not (args.spec_on or args.spec_off):
+        raise CliError("give --config FILE, or --spec-on URL and --spec-off URL")
+    extra = overrides(args)
+
+    def load():  # type: ignore[no-untyped-def]
+        return load_settings(args.config, **extra)
+
+    try:
+        settings = load()
+        app = create_app(settings, reload_settings=load if args.config else None)
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
+    logs.configure(args.log_level)
+    pools = ", ".join(f"{p.name} ({'gamma=' + str(p.speculation.gamma) if p.speculation else 'plain'})"
+                      for p in settings.pools)
+    print(f"draftgate: serving on http://{settings.host}:{settings.port}/v1 in front of {pools}", flush=True)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
+                server_header=False, timeout_graceful_shutdown=30)
+    return 0

@@ -1,0 +1,143 @@
+"""The proxy's configuration: one home, a YAML file with environment overrides.
+
+Precedence, highest first: command-line flags, ``DRAFTGATE_*`` environment
+variables (nested keys joined by ``__``, e.g. ``DRAFTGATE_DEFAULT_POLICY__MARGIN``),
+the YAML file, then the defaults below, which work for a quick start.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
+
+from policy.structure.priors import StructurePriors
+from policy.structure.sampling import SamplingDefaults
+
+
+class ConfigError(ValueError):
+    """Configuration that cannot start the proxy; the message names the key."""
+
+
+class SpeculationConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    method: str = "draft_model"
+    gamma: int = Field(8, ge=1, le=64, description="num_speculative_tokens of the pool")
+    draft_cost: float | None = Field(None, ge=0.0, description="d; calibration's value when omitted")
+    draft_prefill_ratio: float = Field(0.15, ge=0.0, description="draft prefill relative to the target's")
+
+
+class PoolConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    urls: list[str] = Field(min_length=1, description="replica base URLs (http://host:port)")
+    dns_refresh_seconds: float = Field(0.0, ge=0.0, description="re-resolve hostnames (headless Service); 0 = off")
+    speculation: SpeculationConfig | None = None
+    max_num_seqs: int = Field(256, ge=1, description="per replica, as the server was started")
+    sampling_defaults: SamplingDefaults = SamplingDefaults()
+    api_key: SecretStr | None = Field(None, description="sent upstream instead of the client's key")
+
+    @field_validator("urls")
+    @classmethod
+    def _http_urls(cls, urls: list[str]) -> list[str]:
+        for url in urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"{url!r} is not an http(s) URL")
+        return [u.rstrip("/") for u in urls]
+
+
+class ModelPolicy(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Literal["auto", "always_on", "always_off"] = "auto"
+    margin: float = Field(0.0, ge=0.0, le=0.9, description="speculation must cost this fraction less than plain")
+    hysteresis: float = Field(0.03, ge=0.0, le=1.0)
+
+
+class ProxySettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="DRAFTGATE_", env_nested_delimiter="__", extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    pools: list[PoolConfig] = Field(default_factory=list)
+    default_policy: ModelPolicy = ModelPolicy()
+    models: dict[str, ModelPolicy] = Field(default_factory=dict, description="per-model mode and margin")
+    calibration_file: Path | None = None
+    structure_priors: StructurePriors = StructurePriors()
+    learner_capacity: int = Field(4096, ge=1)
+    affinity_capacity: int = Field(100_000, ge=1)
+    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    api_keys: list[SecretStr] = Field(default_factory=list, description="accepted client keys; empty: open")
+    admin_token: SecretStr | None = None
+    connect_timeout: float = Field(2.0, gt=0)
+    first_byte_timeout: float = Field(300.0, gt=0, description="upstream headers must arrive within this")
+    retry_budget_ratio: float = Field(0.2, ge=0.0, le=1.0, description="retries per request, over 10 s")
+    retry_budget_floor: float = Field(5.0, ge=0.0, description="retries per second always allowed")
+    queue_timeout: float = Field(2.0, ge=0.0, description="wait for capacity before shedding with 503")
+    queue_depth_per_replica: int = Field(16, ge=0, description="requests beyond max_num_seqs the proxy forwards")
+    health_interval: float = Field(1.0, gt=0)
+    scrape_interval: float = Field(2.0, gt=0)
+    log_requests: bool = True
+
+    @model_validator(mode="after")
+    def _pools(self) -> ProxySettings:
+        if not self.pools:
+            raise ValueError("at least one pool is required")
+        names = [p.name for p in self.pools]
+        if len(set(names)) != len(names):
+            raise ValueError(f"pool names must be unique, got {names}")
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        yaml_file = getattr(cls, "_yaml_file", None)
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if yaml_file is not None:
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=yaml_file))
+        return tuple(sources)
+
+    def policy_for(self, model: str | None) -> ModelPolicy:
+        return self.models.get(model or "", self.default_policy)
+
+
+def load_settings(path: str | Path | None = None, **overrides: Any) -> ProxySettings:
+    """Load and validate; any problem becomes one ConfigError line naming the key."""
+    if path is not None and not Path(path).is_file():
+        raise ConfigError(f"config file {path} does not exist")
+
+    class _FromFile(ProxySettings):
+        _yaml_file: ClassVar[str | Path | None] = path
+
+    try:
+        settings = _FromFile(**overrides)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        key = ".".join(str(p) for p in error["loc"]) or "(top level)"
+        raise ConfigError(f"invalid configuration: {key}: {error['msg']}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"config file {path} is not valid YAML{where}") from None
+    return settings
+
+
+def quick_start_pools(spec_on: list[str], spec_off: list[str], gamma: int = 8) -> list[dict[str, Any]]:
+    """The pools of ``draftgate serve --spec-on URL --spec-off URL``."""
+    pools: list[dict[str, Any]] = []
+    if spec_on:
+        pools.append({"name": "spec-on", "urls": spec_on, "speculation": {"gamma": gamma}})
+    if spec_off:
+        pools.append({"name": "spec-off", "urls": spec_off})
+    return pools

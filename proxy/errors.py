@@ -1,0 +1,25 @@
+"""Errors in the OpenAI shape, with the right status. Never a traceback."""
+
+from __future__ import annotations
+
+from starlette.responses import JSONResponse
+
+_TYPES = {
+    400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+    413: "invalid_request_error", 415: "invalid_request_error", 429: "rate_limit_error", 499: "client_closed",
+    500: "server_error", 502: "upstream_error", 503: "service_unavailable", 504: "upstream_timeout",
+}
+
+
+def openai_error(status: int, message: str, *, param: str | None = None, code: str | None = None,
+                 headers: dict[str, str] | None = None) -> JSONResponse:
+    body = {"error": {"message": message, "type": _TYPES.get(status, "error"), "param": param, "code": code}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def stream_error_event(status: int, message: str) -> bytes:
+    """An error inside an SSE stream, as vLLM sends it (code is the integer status)."""
+    import json
+
+    payload = {"error": {"message": message, "type": _TYPES.get(status, "error"), "param": None, "code": status}}
+    return b"data: " + json.dumps(payload).encode() + b"\n\ndata: [DONE]\n\n"

@@ -1,0 +1,133 @@
+"""Send a request upstream, failing over to another pool when the chosen one cannot serve.
+
+Both pools serve the same target, so any of them can answer anything. A
+refused connection, a timeout before the first byte, or a 502/503/504 moves the
+request to the next pool in the plan's order, within the retry budget and
+never past a pool's capacity. Anything else, 4xx included, passes through.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import httpx
+
+from proxy.gatekeeper import Gatekeeper
+from proxy.pools import Pool, Replica
+
+log = logging.getLogger("draftgate.forward")
+
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
+    "transfer-encoding", "upgrade", "host", "content-length",
+})
+RETRYABLE_STATUS = frozenset({502, 503, 504})
+
+
+class NoCapacity(Exception):
+    """Every pool is full and stayed full for the queue timeout."""
+
+
+class UpstreamUnavailable(Exception):
+    """No pool could be reached, or the retry budget ran out."""
+
+    def __init__(self, message: str, status: int = 502) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class Upstream:
+    response: httpx.Response
+    pool: Pool
+    replica: Replica
+    failovers: int
+
+
+def upstream_headers(incoming: Mapping[str, str], pool: Pool, strip_authorization: bool) -> dict[str, str]:
+    headers = {k: v for k, v in incoming.items() if k.lower() not in HOP_BY_HOP}
+    if strip_authorization:
+        headers.pop("authorization", None)
+        headers.pop("Authorization", None)
+    if pool.config.api_key is not None:
+        headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+        headers["authorization"] = f"Bearer {pool.config.api_key.get_secret_value()}"
+    return headers
+
+
+def downstream_headers(upstream: httpx.Headers) -> dict[str, str]:
+    return {k: v for k, v in upstream.items() if k.lower() not in HOP_BY_HOP and k.lower() not in ("date", "server")}
+
+
+async def send_with_failover(
+    gk: Gatekeeper,
+    client: httpx.AsyncClient,
+    method: str,
+    path: str,
+    query: bytes,
+    headers: Mapping[str, str],
+    body: bytes,
+    order: list[str],
+    prefer_replica: tuple[str, str] | None,
+    model: str | None,
+    timeout: httpx.Timeout,
+) -> Upstream:
+    gk.budget.deposit()
+    pools = [p for p in (gk.pool(name) for name in order) if p is not None]
+    first = await gk.pools.wait_for_room(pools, gk.settings.queue_timeout)
+    if first is None:
+        gk.metrics.shed.labels(model=model or "").inc()
+        raise NoCapacity("every pool is at capacity")
+    # every pool once, then again for pools with another replica to try
+    candidates = ([first] + [p for p in pools if p is not first]) * 2
+    failovers = 0
+    last_error = "no pool could be reached"
+    last_status = 502
+    tried: set[str] = set()
+    previous: Pool | None = None
+    for pool in candidates:
+        if pool is not first and not gk.pools.has_room(pool):
+            continue
+        prefer = prefer_replica[1] if prefer_replica and prefer_replica[0] == pool.name else None
+        replica = pool.pick_replica(prefer, exclude=tried)
+        if replica is None:
+            continue
+        if previous is not None:
+            if not gk.budget.withdraw():
+                gk.metrics.retry_denied.inc()
+                raise UpstreamUnavailable(f"{last_error}; retry budget exhausted", last_status)
+            failovers += 1
+            gk.metrics.failovers.labels(from_pool=previous.name, to_pool=pool.name, reason=last_error[:40]).inc()
+        tried.add(replica.url)
+        replica.inflight += 1
+        send_headers = upstream_headers(headers, pool, strip_authorization=bool(gk.settings.api_keys))
+        request = client.build_request(method, replica.url + path + (b"?" + query if query else b"").decode(),
+                                       headers=send_headers, content=body, timeout=timeout)
+        try:
+            response = await client.send(request, stream=True)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            await gk.pools.release(replica)
+            replica.mark_failed()
+            gk.metrics.upstream_errors.labels(pool=pool.name, kind="connect").inc()
+            last_error, last_status, previous = f"connect failed: {type(exc).__name__}", 502, pool
+            continue
+        except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
+            await gk.pools.release(replica)
+            gk.metrics.upstream_errors.labels(pool=pool.name, kind="timeout").inc()
+            last_error, last_status, previous = "timed out before the first byte", 504, pool
+            continue
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+            await gk.pools.release(replica)
+            gk.metrics.upstream_errors.labels(pool=pool.name, kind="protocol").inc()
+            last_error, last_status, previous = f"connection dropped: {type(exc).__name__}", 502, pool
+            continue
+        if response.status_code in RETRYABLE_STATUS:
+            await response.aclose()
+            await gk.pools.release(replica)
+            gk.metrics.upstream_errors.labels(pool=pool.name, kind=f"http_{response.status_code}").inc()
+            last_error, last_status, previous = f"upstream answered {response.status_code}", response.status_code, pool
+            continue
+        return Upstream(response, pool, replica, failovers)
+    raise UpstreamUnavailable(last_error, last_status)

@@ -1,0 +1,133 @@
+"""The proxy's decision state: calibration, learner, affinity, pools, and the plan
+for each request (structure estimate plus the gate's decision)."""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from policy.calibration import Calibration, CalibrationError, load_calibration
+from policy.gate import Affinity, Decision, GatePolicy, decide
+from policy.structure import StructureEstimate, StructureLearner, estimate, shape_key
+from proxy.affinity import AffinityTable, Match
+from proxy.budget import RetryBudget
+from proxy.config import ConfigError, ProxySettings
+from proxy.metrics import ProxyMetrics
+from proxy.pools import Pool, PoolSet
+
+log = logging.getLogger("draftgate.gate")
+
+
+@dataclass
+class Plan:
+    body: dict[str, Any]
+    endpoint: str
+    model: str | None
+    estimate: StructureEstimate
+    shape: str
+    affinity: Match | None
+    decision: Decision
+    order: list[str]  # pools to try, the decision's route first
+
+    def headers(self) -> dict[str, str]:
+        return {
+            "x-draftgate-route": self.decision.route,
+            "x-draftgate-schema-fraction": f"{self.estimate.w_s:.3f}",
+            "x-draftgate-predicted-saving": f"{self.decision.predicted_saving:.3f}",
+        }
+
+    def explain(self) -> dict[str, Any]:
+        d = self.decision
+        return {
+            **self.estimate.as_dict(),
+            "route": d.route,
+            "predicted_saving": d.predicted_saving,
+            "predicted_tau": d.predicted_tau,
+            "break_even_ws": d.break_even_ws,
+            "break_even_note": d.break_even_note,
+            "reasons": [*self.estimate.reasons, *d.reasons],
+            "pools": [{"pool": c.pool, "saving": c.saving, "cost_per_token": c.cost_per_token,
+                       "gpu_seconds_per_token": c.gpu_seconds_per_token, "eligible": c.eligible, "note": c.note}
+                      for c in d.costs],
+            "affinity": None if self.affinity is None else {
+                "pool": self.affinity.placement.pool, "cached_tokens": self.affinity.cached_tokens,
+                "via": self.affinity.via},
+        }
+
+
+def load_calibration_or_defaults(settings: ProxySettings) -> Calibration:
+    if settings.calibration_file is None:
+        return Calibration()
+    try:
+        return load_calibration(settings.calibration_file)
+    except CalibrationError as exc:
+        raise ConfigError(f"invalid configuration: calibration_file: {exc}") from None
+
+
+class Gatekeeper:
+    def __init__(self, settings: ProxySettings) -> None:
+        self.settings = settings
+        self.calibration = load_calibration_or_defaults(settings)
+        self.learner = StructureLearner(capacity=settings.learner_capacity)
+        self.affinity = AffinityTable(settings.affinity_capacity)
+        self.pools = PoolSet(settings.pools, settings.queue_depth_per_replica)
+        self.metrics = ProxyMetrics()
+        self.budget = RetryBudget(settings.retry_budget_ratio, settings.retry_budget_floor)
+        self._last_route: OrderedDict[str, str] = OrderedDict()
+
+    def reload(self, settings: ProxySettings) -> None:
+        """Swap configuration in place; requests in flight keep their pool objects."""
+        calibration = load_calibration_or_defaults(settings)
+        self.settings = settings
+        self.calibration = calibration
+        self.pools.adopt(settings.pools)
+        self.pools.queue_depth = settings.queue_depth_per_replica
+        self.budget.ratio, self.budget.floor = settings.retry_budget_ratio, settings.retry_budget_floor
+
+    def sampling_defaults(self):  # type: ignore[no-untyped-def]
+        """The target model's generation defaults, as the pools declare them."""
+        pools = list(self.pools)
+        chosen = next((p for p in pools if p.speculative), pools[0])
+        return chosen.config.sampling_defaults
+
+    def plan(self, body: dict[str, Any], endpoint: str) -> Plan:
+        model = body.get("model") if isinstance(body.get("model"), str) else None
+        prior = estimate(body, priors=self.settings.structure_priors, defaults=self.sampling_defaults(),
+                         endpoint="chat" if endpoint == "chat" else "completions")
+        shape = shape_key(body, model, prior.temperature)
+        blended = self.learner.blend(shape, prior)
+        match = self.affinity.lookup(body, blended.prompt_tokens)
+        policy_config = self.settings.policy_for(model)
+        policy = GatePolicy(mode=policy_config.mode, margin=policy_config.margin,
+                            hysteresis=policy_config.hysteresis)
+        affinity = Affinity(match.placement.pool, match.cached_tokens) if match else None
+        decision = decide(blended, self.pools.views(), self.calibration, policy, affinity,
+                          previous=self._last_route.get(shape))
+        order = [decision.route] + [c.pool for c in sorted(decision.costs, key=lambda c: c.cost_per_token)
+                                    if c.pool != decision.route]
+        self._remember(shape, decision.route)
+        return Plan(body, endpoint, model, blended, shape, match, decision, order)
+
+    def _remember(self, shape: str, route: str) -> None:
+        self._last_route[shape] = route
+        self._last_route.move_to_end(shape)
+        while len(self._last_route) > self.settings.learner_capacity:
+            self._last_route.popitem(last=False)
+
+    def pool(self, name: str) -> Pool | None:
+        return self.pools.pools.get(name)
+
+    @staticmethod
+    def decision_reason(plan: Plan) -> str:
+        """One low-cardinality label for why the route was chosen."""
+        text = " ".join(plan.decision.reasons)
+        for needle, label in (("will not speculate", "unsupported_sampling"), ("n=", "n_gt_1"),
+                              ("mode always", "mode"), ("at capacity", "capacity"), ("hysteresis", "hysteresis"),
+                              ("unhealthy", "health")):
+            if needle in text:
+                return label
+        if plan.affinity is not None and plan.decision.route == plan.affinity.placement.pool:
+            return "affinity"
+        return "content"

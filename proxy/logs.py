@@ -1,0 +1,32 @@
+"""One JSON object per log line, for log pipelines. Client keys never reach a log."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out = {"ts": round(time.time(), 3), "level": record.levelname.lower(), "logger": record.name,
+               "message": record.getMessage()}
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            out.update(fields)
+        for key in ("replica", "host", "path"):
+            if hasattr(record, key):
+                out[key] = getattr(record, key)
+        if record.exc_info:
+            out["error"] = self.formatException(record.exc_info).splitlines()[-1]
+        return json.dumps(out, default=str)
+
+
+def configure(level: str = "info") -> None:
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger("draftgate")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False

@@ -1,0 +1,139 @@
+"""Background work: health checks with backoff, load scrapes, DNS re-resolution."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from proxy.pools import Pool, PoolSet, Replica
+
+log = logging.getLogger("draftgate.monitor")
+
+# vLLM series the proxy reads, summed over label sets
+SCRAPED = {
+    "vllm:num_requests_running": "running",
+    "vllm:num_requests_waiting": "waiting",
+    "vllm:kv_cache_usage_perc": "kv_usage",
+    "vllm:spec_decode_num_drafts": "num_drafts",
+    "vllm:spec_decode_num_draft_tokens": "num_draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens": "num_accepted_tokens",
+    "vllm:generation_tokens": "generation_tokens",
+    "vllm:prefix_cache_queries": "prefix_cache_queries",
+    "vllm:prefix_cache_hits": "prefix_cache_hits",
+}
+
+
+def parse_vllm_metrics(text: str) -> dict[str, float]:
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        key = SCRAPED.get(family.name)
+        if key is None:
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_created"):
+                continue
+            values[key] = values.get(key, 0.0) + float(sample.value)
+    return values
+
+
+class Monitor:
+    def __init__(self, pools: PoolSet, client: httpx.AsyncClient, health_interval: float, scrape_interval: float,
+                 on_scrape=None) -> None:  # type: ignore[no-untyped-def]
+        self.pools = pools
+        self.client = client
+        self.health_interval = health_interval
+        self.scrape_interval = scrape_interval
+        self.on_scrape = on_scrape
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._health_loop(), name="draftgate-health"),
+                       loop.create_task(self._scrape_loop(), name="draftgate-scrape"),
+                       loop.create_task(self._dns_loop(), name="draftgate-dns")]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _health_loop(self) -> None:
+        while True:
+            checks = [self.check(r) for pool in self.pools for r in list(pool.replicas.values())
+                      if time.monotonic() >= r.next_check]
+            await asyncio.gather(*checks, return_exceptions=True)
+            await asyncio.sleep(self.health_interval)
+
+    async def check(self, replica: Replica) -> None:
+        try:
+            response = await self.client.get(f"{replica.url}/health", timeout=min(2.0, self.health_interval * 2))
+            ok = response.status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        if ok:
+            if not replica.healthy:
+                log.info("replica healthy again", extra={"replica": replica.url})
+            replica.mark_ok()
+        else:
+            if replica.healthy:
+                log.warning("replica failed its health check", extra={"replica": replica.url})
+            replica.mark_failed()
+
+    async def _scrape_loop(self) -> None:
+        while True:
+            await asyncio.gather(*(self.scrape(pool, r) for pool in self.pools for r in list(pool.replicas.values())
+                                   if r.healthy), return_exceptions=True)
+            await asyncio.sleep(self.scrape_interval)
+
+    async def scrape(self, pool: Pool, replica: Replica) -> None:
+        try:
+            response = await self.client.get(f"{replica.url}/metrics", timeout=2.0)
+            if response.status_code != 200:
+                return
+            values = parse_vllm_metrics(response.text)
+        except (httpx.HTTPError, ValueError):
+            return
+        replica.running = values.get("running", 0.0)
+        replica.waiting = values.get("waiting", 0.0)
+        replica.kv_usage = values.get("kv_usage", 0.0)
+        replica.scraped_at = time.monotonic()
+        replica.counters = values
+        if self.on_scrape is not None:
+            self.on_scrape(pool, replica, values)
+
+    async def _dns_loop(self) -> None:
+        while True:
+            intervals = [p.config.dns_refresh_seconds for p in self.pools if p.config.dns_refresh_seconds > 0]
+            if not intervals:
+                await asyncio.sleep(5.0)
+                continue
+            for pool in self.pools:
+                if pool.config.dns_refresh_seconds > 0:
+                    await self.resolve(pool)
+            await asyncio.sleep(min(intervals))
+
+    async def resolve(self, pool: Pool) -> None:
+        """Expand each configured URL to one replica per address its name resolves to."""
+        loop = asyncio.get_running_loop()
+        urls: list[str] = []
+        for configured in pool.config.urls:
+            parts = urlsplit(configured)
+            host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+            try:
+                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            except OSError:
+                log.warning("DNS lookup failed", extra={"host": host})
+                continue
+            for address in sorted({info[4][0] for info in infos}):
+                netloc = f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+                urls.append(urlunsplit((parts.scheme, netloc, parts.path, "", "")))
+        if not urls:
+            return
+        current = pool.replicas
+        pool.replicas = {url: current.get(url) or Replica(url) for url in urls}

@@ -1,0 +1,62 @@
+"""What happened to one request: its response's structure, acceptance and timing.
+
+Fed chunk by chunk while a stream is relayed (or once with a whole body), and
+finished when the response ends: the realised structure trains the learner,
+the conversation's placement is remembered for affinity, and one structured
+log line records the decision and its outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from policy.structure import ObservedStructure, TextParts, measure_parts
+
+log = logging.getLogger("draftgate.requests")
+
+
+@dataclass
+class Observation:
+    started: float = field(default_factory=time.perf_counter)
+    parts: TextParts = field(default_factory=TextParts)
+    spec: dict[str, Any] | None = None
+    prompt_tokens: int | None = None
+    first_byte_at: float | None = None
+    finished_at: float | None = None
+    complete: bool = False
+    failovers: int = 0
+
+    def feed(self, payload: Any) -> None:
+        """A parsed SSE chunk or a whole non-streamed body."""
+        if not isinstance(payload, dict):
+            return
+        self.parts.add_chunk(payload)
+        usage = payload.get("usage")
+        if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
+            self.prompt_tokens = usage["prompt_tokens"]
+        metrics = payload.get("metrics")
+        if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
+            self.spec = metrics["speculative_decoding"]
+
+    def feed_bytes(self, raw: bytes) -> None:
+        try:
+            self.feed(json.loads(raw))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            pass
+
+    def measured(self, body: Any) -> ObservedStructure:
+        return measure_parts(body, self.parts)
+
+    @property
+    def observed_tau(self) -> float | None:
+        if not self.spec:
+            return None
+        steps = self.spec.get("num_spec_steps")
+        accepted = self.spec.get("num_accepted_draft_tokens")
+        if isinstance(steps, int) and steps > 0 and isinstance(accepted, (int, float)):
+            return accepted / steps
+        return None

@@ -1,0 +1,147 @@
+"""Upstream pools and their replicas: health, load, capacity, replica choice.
+
+Load is known two ways: the pool's own ``/metrics`` (scraped every few
+seconds, and it includes traffic that bypasses this proxy) and the proxy's
+in-flight count (fresh to the request). The larger of the two is used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from policy.gate import PoolView
+from proxy.config import PoolConfig
+
+
+@dataclass
+class Replica:
+    url: str
+    healthy: bool = True  # optimistic until the first check says otherwise
+    inflight: int = 0
+    running: float = 0.0
+    waiting: float = 0.0
+    kv_usage: float = 0.0
+    scraped_at: float = 0.0
+    failures: int = 0
+    next_check: float = 0.0
+    counters: dict[str, float] = field(default_factory=dict)
+
+    def mark_failed(self, backoff_cap: float = 30.0) -> None:
+        self.failures += 1
+        self.healthy = False
+        self.next_check = time.monotonic() + min(backoff_cap, 0.25 * 2 ** min(self.failures, 8))
+
+    def mark_ok(self) -> None:
+        self.failures = 0
+        self.healthy = True
+        self.next_check = 0.0
+
+
+class Pool:
+    def __init__(self, config: PoolConfig) -> None:
+        self.config = config
+        self.name = config.name
+        self.replicas: dict[str, Replica] = {url: Replica(url) for url in config.urls}
+
+    @property
+    def speculative(self) -> bool:
+        return self.config.speculation is not None
+
+    def healthy_replicas(self) -> list[Replica]:
+        return [r for r in self.replicas.values() if r.healthy]
+
+    @property
+    def inflight(self) -> int:
+        return sum(r.inflight for r in self.replicas.values())
+
+    def capacity(self) -> int:
+        """Requests this proxy may have in flight here before it queues or sheds."""
+        replicas = max(1, len(self.healthy_replicas()))
+        return replicas * self.config.max_num_seqs
+
+    def view(self) -> PoolView:
+        healthy = self.healthy_replicas()
+        scraped_running = sum(r.running for r in healthy)
+        scraped_waiting = sum(r.waiting for r in healthy)
+        running = max(scraped_running, float(self.inflight))
+        spec = self.config.speculation
+        return PoolView(
+            name=self.name,
+            method=spec.method if spec else None,
+            gamma=spec.gamma if spec else 0,
+            draft_cost=spec.draft_cost if spec else None,
+            healthy=bool(healthy),
+            running=min(running, float(self.capacity())),
+            waiting=scraped_waiting + max(0.0, running - self.capacity()),
+            max_num_seqs=self.capacity(),
+            draft_prefill_ratio=spec.draft_prefill_ratio if spec and spec.method == "draft_model" else 0.0,
+        )
+
+    def pick_replica(self, prefer: str | None = None, exclude: set[str] | None = None) -> Replica | None:
+        """The replica holding the prefix unless it is queueing, else the least loaded."""
+        exclude = exclude or set()
+        candidates = [r for r in self.healthy_replicas() if r.url not in exclude]
+        if not candidates:
+            candidates = [r for r in self.replicas.values() if r.url not in exclude]
+        if not candidates:
+            return None
+        if prefer is not None:
+            preferred = self.replicas.get(prefer)
+            if preferred in candidates and preferred.waiting <= 0 and preferred.inflight < self.config.max_num_seqs:
+                return preferred
+        return min(candidates, key=lambda r: (max(r.running, r.inflight) + r.waiting, r.inflight))
+
+
+class PoolSet:
+    """All pools, plus the condition requests wait on when every pool is full."""
+
+    def __init__(self, configs: list[PoolConfig], queue_depth_per_replica: int) -> None:
+        self.pools = {c.name: Pool(c) for c in configs}
+        self.queue_depth = queue_depth_per_replica
+        self._freed = asyncio.Condition()
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.pools.values())
+
+    def views(self) -> list[PoolView]:
+        return [p.view() for p in self.pools.values()]
+
+    def has_room(self, pool: Pool) -> bool:
+        replicas = max(1, len(pool.healthy_replicas()))
+        return pool.inflight < pool.capacity() + self.queue_depth * replicas
+
+    async def wait_for_room(self, order: list[Pool], timeout: float) -> Pool | None:
+        """The first pool in ``order`` with room, waiting up to ``timeout`` for one."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        async with self._freed:
+            while True:
+                for pool in order:
+                    if self.has_room(pool):
+                        return pool
+                remaining = deadline - asyncio.get_running_loop().time()
+                if remaining <= 0:
+                    return None
+                try:
+                    await asyncio.wait_for(self._freed.wait(), remaining)
+                except asyncio.TimeoutError:
+                    return None
+
+    async def release(self, replica: Replica) -> None:
+        replica.inflight = max(0, replica.inflight - 1)
+        async with self._freed:
+            self._freed.notify_all()
+
+    def adopt(self, configs: list[PoolConfig]) -> None:
+        """Take a reloaded configuration, keeping the state of replicas that remain."""
+        new: dict[str, Pool] = {}
+        for config in configs:
+            pool = Pool(config)
+            old = self.pools.get(config.name)
+            if old is not None:
+                for url in pool.replicas:
+                    if url in old.replicas:
+                        pool.replicas[url] = old.replicas[url]
+            new[config.name] = pool
+        self.pools = new

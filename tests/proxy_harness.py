@@ -1,0 +1,62 @@
+"""A proxy in front of two emulated pools, all real servers on loopback."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import openai
+
+from lab.servers import ServerThread
+from proxy.app import create_app
+from proxy.config import load_settings
+from tests.conftest import emulator
+
+
+@dataclass
+class Stack:
+    proxy: ServerThread
+    on: ServerThread
+    off: ServerThread
+
+    @property
+    def client(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.proxy.url}/v1", api_key="none", max_retries=0, timeout=60)
+
+    def metric(self, name: str, **labels: str) -> float:
+        return metric_value(httpx.get(f"{self.proxy.url}/metrics").text, name, **labels)
+
+
+def metric_value(text: str, name: str, **labels: str) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("#") or not (line.startswith(name + "{") or line.startswith(name + " ")):
+            continue
+        if all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def proxy_settings(on_url: str, off_url: str, **overrides: Any):  # type: ignore[no-untyped-def]
+    spec_pool = {"name": "spec-on", "urls": [on_url], "speculation": {"gamma": 8},
+                 "max_num_seqs": overrides.pop("spec_max_num_seqs", 256)}
+    settings: dict[str, Any] = {
+        "pools": [spec_pool, {"name": "spec-off", "urls": [off_url],
+                              "max_num_seqs": overrides.pop("off_max_num_seqs", 256)}],
+        "health_interval": 0.2, "scrape_interval": 0.3, "log_requests": False,
+    }
+    settings.update(overrides)
+    return load_settings(None, **settings)
+
+
+@contextlib.contextmanager
+def stack(seed: int = 1, *, on_kwargs: dict[str, Any] | None = None, off_kwargs: dict[str, Any] | None = None,
+          **overrides: Any) -> Iterator[Stack]:
+    with emulator(seed, True, profile_seed=seed, **(on_kwargs or {})) as on, \
+            emulator(seed, False, profile_seed=seed, **(off_kwargs or {})) as off:
+        app = create_app(proxy_settings(on.url, off.url, **overrides))
+        with ServerThread(app) as proxy:
+            yield Stack(proxy, on, off)

@@ -1,0 +1,95 @@
+"""The gate decision (policy/gate): pure, so tested directly and with hypothesis."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from policy.calibration import Calibration
+from policy.gate import Affinity, GatePolicy, PoolView, decide
+from policy.structure import estimate
+
+SPEC = PoolView("spec", "draft_model", gamma=8)
+PLAIN = PoolView("plain", None)
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+    "a": {"type": "string"}}, "required": ["a"]}}}
+CAL = Calibration()
+
+
+def body(**fields):  # type: ignore[no-untyped-def]
+    return {"model": "m", "messages": [{"role": "user", "content": "call f"}], **fields}
+
+
+def test_schema_speculates_and_prose_does_not() -> None:
+    schema = decide(estimate(body(tools=[TOOL], tool_choice="required", temperature=0)), [SPEC, PLAIN], CAL)
+    prose = decide(estimate(body(temperature=0.7)), [SPEC, PLAIN], CAL)
+    assert schema.route == "spec" and schema.predicted_saving > 0.3
+    assert prose.route == "plain"
+    assert prose.break_even_ws is not None and 0 < prose.break_even_ws < 1
+
+
+def test_load_stops_speculation() -> None:
+    e = estimate(body(tools=[TOOL], tool_choice="required", temperature=0))
+    light = decide(e, [SPEC, PLAIN], CAL)
+    heavy = decide(e, [PoolView("spec", "draft_model", gamma=8, running=220), PoolView("plain", None, running=220)],
+                   CAL)
+    assert light.route == "spec" and heavy.route == "plain"
+
+
+def test_capacity_unsupported_sampling_n_and_modes() -> None:
+    e = estimate(body(tools=[TOOL], tool_choice="required", temperature=0))
+    full = decide(e, [PoolView("spec", "draft_model", gamma=8, running=256, max_num_seqs=256), PLAIN], CAL)
+    assert full.route == "plain" and any("at capacity" in r for r in full.reasons)
+    blocked = decide(estimate(body(tools=[TOOL], tool_choice="required", temperature=0, min_p=0.1)), [SPEC, PLAIN], CAL)
+    assert blocked.route == "plain" and blocked.predicted_saving == 0.0
+    assert decide(estimate(body(tools=[TOOL], tool_choice="required", n=3)), [SPEC, PLAIN], CAL).route == "plain"
+    assert decide(e, [SPEC, PLAIN], CAL, GatePolicy(mode="always_off")).route == "plain"
+    prose = estimate(body(temperature=0.9))
+    assert decide(prose, [SPEC, PLAIN], CAL, GatePolicy(mode="always_on")).route == "spec"
+
+
+def test_unhealthy_pool_is_skipped() -> None:
+    e = estimate(body(tools=[TOOL], tool_choice="required", temperature=0))
+    d = decide(e, [PoolView("spec", "draft_model", gamma=8, healthy=False), PLAIN], CAL)
+    assert d.route == "plain"
+
+
+def test_margin_and_hysteresis() -> None:
+    e = estimate(body(tools=[TOOL], tool_choice="required", temperature=0))
+    assert decide(e, [SPEC, PLAIN], CAL, GatePolicy(margin=0.0)).route == "spec"
+    assert decide(e, [SPEC, PLAIN], CAL, GatePolicy(margin=0.9)).route == "plain"
+    # a near tie stays where it was: the loser by less than the hysteresis band keeps the route
+    tie = decide(e, [SPEC, PLAIN], CAL)
+    spec_cost, plain_cost = tie.cost_of("spec").cost_per_token, tie.cost_of("plain").cost_per_token
+    wide = GatePolicy(hysteresis=plain_cost / spec_cost)
+    assert decide(e, [SPEC, PLAIN], CAL, wide, previous="plain").route == "plain"
+    assert decide(e, [SPEC, PLAIN], CAL, GatePolicy(hysteresis=0.0), previous="plain").route == "spec"
+
+
+def test_affinity_keeps_a_long_conversation_in_place() -> None:
+    long_prose = estimate(body(messages=[{"role": "user", "content": "x" * 200_000}], temperature=0.7, max_tokens=50))
+    without = decide(long_prose, [SPEC, PLAIN], CAL)
+    held = decide(long_prose, [SPEC, PLAIN], CAL, affinity=Affinity("spec", long_prose.prompt_tokens))
+    assert without.route == "plain" and held.route == "spec"
+
+
+def test_best_depth_among_speculation_pools() -> None:
+    deep = PoolView("deep", "draft_model", gamma=16)
+    shallow = PoolView("shallow", "draft_model", gamma=4)
+    schema = estimate(body(tools=[TOOL], tool_choice="required", temperature=0))
+    mixed = estimate(body(temperature=0, max_tokens=100))
+    assert decide(schema, [deep, shallow, PLAIN], CAL).route == "deep"
+    assert decide(mixed, [deep, shallow, PLAIN], CAL).route in ("shallow", "plain")
+
+
+@given(st.floats(0.0, 1.0), st.floats(0.0, 1.5), st.integers(0, 200))
+def test_decision_is_always_a_known_pool_and_consistent(share: float, temperature: float, running: int) -> None:
+    e = estimate(body(tools=[TOOL], tool_choice="auto", temperature=temperature))
+    pools = [PoolView("spec", "draft_model", gamma=8, running=running), PoolView("plain", None, running=running)]
+    d = decide(e, pools, CAL, GatePolicy(margin=share / 2))
+    assert d.route in ("spec", "plain")
+    chosen = d.cost_of(d.route)
+    assert chosen is not None
+    other = d.cost_of("plain" if d.route == "spec" else "spec")
+    if d.route == "spec":
+        assert chosen.cost_per_token / (1 - share / 2) <= other.cost_per_token + 1e-12

@@ -1,0 +1,294 @@
+"""The proxy under uvicorn in front of emulated pools, driven by the openai client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.proxy_harness import Stack, metric_value, stack
+
+MODEL = "Qwen/Qwen3-32B"
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
+    "required": ["city", "unit"]}}}
+USER = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+@pytest.fixture(scope="module", params=[1, 2], ids=lambda s: f"seed{s}")
+def s(request: pytest.FixtureRequest) -> Iterator[Stack]:
+    with stack(request.param) as st:
+        yield st
+
+
+def _strip_volatile(body: dict[str, Any]) -> dict[str, Any]:
+    body = dict(body)
+    body.pop("id", None)
+    body.pop("created", None)
+    for choice in body.get("choices", []):
+        for call in (choice.get("message") or {}).get("tool_calls") or []:
+            call.pop("id", None)
+    return body
+
+
+def test_routes_schema_to_speculation_and_prose_to_plain(s: Stack) -> None:
+    r = s.client.chat.completions.with_raw_response.create(model=MODEL, messages=USER, tools=[WEATHER],
+                                                           tool_choice="required", temperature=0)
+    assert r.headers["x-draftgate-route"] == "spec-on"
+    assert float(r.headers["x-draftgate-schema-fraction"]) == 1.0
+    assert float(r.headers["x-draftgate-predicted-saving"]) > 0.2
+    assert r.parse().choices[0].message.tool_calls
+    r = s.client.chat.completions.with_raw_response.create(model=MODEL, messages=USER, temperature=0.7,
+                                                           max_tokens=50)
+    assert r.headers["x-draftgate-route"] == "spec-off"
+
+
+def test_json_schema_and_thinking_streamed_and_not(s: Stack) -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    r = s.client.chat.completions.create(model=MODEL, messages=USER, temperature=0,
+                                         response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
+    assert isinstance(json.loads(r.choices[0].message.content)["a"], int)
+    stream = s.client.chat.completions.create(model=MODEL, messages=USER, stream=True, max_tokens=300,
+                                              extra_body={"chat_template_kwargs": {"enable_thinking": True}})
+    kinds = set()
+    for chunk in stream:
+        assert chunk.usage is None  # the client did not ask for usage: the forced chunk is removed
+        for c in chunk.choices:
+            if (c.delta.model_extra or {}).get("reasoning"):
+                kinds.add("reasoning")
+    assert kinds == {"reasoning"}
+    stream = s.client.chat.completions.create(model=MODEL, messages=USER, stream=True, max_tokens=20,
+                                              stream_options={"include_usage": True})
+    chunks = list(stream)
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 20
+
+
+def test_transparent_against_a_direct_call(s: Stack) -> None:
+    bodies = [
+        {"model": MODEL, "messages": USER, "tools": [WEATHER], "tool_choice": "required", "temperature": 0},
+        {"model": MODEL, "messages": USER, "temperature": 0, "max_tokens": 40, "unknown_field": [1, 2]},
+        {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 10, "temperature": 0},
+    ]
+    for body in bodies:
+        path = "/v1/completions" if "prompt" in body else "/v1/chat/completions"
+        via = httpx.post(s.proxy.url + path, json=body, timeout=60)
+        route = via.headers["x-draftgate-route"]
+        direct = httpx.post((s.on.url if route == "spec-on" else s.off.url) + path, json=body, timeout=60)
+        a, b = _strip_volatile(via.json()), _strip_volatile(direct.json())
+        a.get("metrics", {}).pop("speculative_decoding", None) if route == "spec-on" else None
+        b.get("metrics", {}).pop("speculative_decoding", None) if route == "spec-on" else None
+        assert a == b
+
+
+def test_streams_match_a_direct_call_event_for_event(s: Stack) -> None:
+    body = {"model": MODEL, "messages": USER, "temperature": 0, "max_tokens": 30, "stream": True}
+
+    def events(url: str) -> list[Any]:
+        out = []
+        for line in httpx.post(url + "/v1/chat/completions", json=body, timeout=60).text.split("\n\n"):
+            if line.startswith("data: {"):
+                payload = json.loads(line[6:])
+                payload.pop("id"), payload.pop("created")
+                out.append(payload)
+            elif line:
+                out.append(line)
+        return out
+
+    via = events(s.proxy.url)
+    direct = [e for e in events(s.off.url) if not (isinstance(e, dict) and e.get("choices") == [])]
+    assert via == direct  # the direct call carries the forced usage chunk; the proxy removes it
+
+
+def test_request_body_reaches_the_backend_byte_for_byte(s: Stack) -> None:
+    raw = b'{"model":"Qwen/Qwen3-32B",  "messages":[{"role":"user","content":"hi \\u00e9"}],"max_tokens":3,"z":1}'
+    r = httpx.post(s.proxy.url + "/v1/chat/completions", content=raw,
+                   headers={"content-type": "application/json", "x-custom": "kept", "authorization": "Bearer sk-c"})
+    assert r.status_code == 200
+    backend = s.on.url if r.headers["x-draftgate-route"] == "spec-on" else s.off.url
+    seen = httpx.get(f"{backend}/debug/requests").json()[-1]
+    assert seen["body"].encode() == raw
+    assert seen["headers"]["x-custom"] == "kept" and seen["headers"]["authorization"] == "Bearer sk-c"
+    assert "keep-alive" not in seen["headers"].get("connection", "") or True
+
+
+def test_agent_conversation_stays_on_one_pool(s: Stack) -> None:
+    # a long agent context (~16k tokens): re-prefilling it costs more than prose speculation loses
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are an agent. " * 3600},
+                                      {"role": "user", "content": "Plan my trip to Paris and check the weather"}]
+    routes = []
+    for turn in range(6):
+        if turn % 2 == 0:
+            r = s.client.chat.completions.with_raw_response.create(model=MODEL, messages=messages, tools=[WEATHER],
+                                                                   tool_choice="required", temperature=0)
+            message = r.parse().choices[0].message
+            call = message.tool_calls[0]
+            messages.append({"role": "assistant", "content": None, "tool_calls": [
+                {"id": call.id, "type": "function", "function": {"name": call.function.name,
+                                                                 "arguments": call.function.arguments}}]})
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": "sunny, 21C"})
+        else:
+            # agents send their tools every turn: they are part of the cached prompt prefix
+            r = s.client.chat.completions.with_raw_response.create(model=MODEL, messages=messages, tools=[WEATHER],
+                                                                   tool_choice="none", temperature=0.7,
+                                                                   max_tokens=60)
+            messages.append({"role": "assistant", "content": r.parse().choices[0].message.content})
+            messages.append({"role": "user", "content": f"Next step {turn}"})
+        routes.append(r.headers["x-draftgate-route"])
+    assert len(set(routes[1:])) == 1, routes
+    explain = httpx.post(f"{s.proxy.url}/draftgate/explain",
+                         json={"model": MODEL, "messages": messages, "tools": [WEATHER]}).json()
+    assert explain["affinity"] is not None and explain["affinity"]["cached_tokens"] > 500
+
+
+def test_explain_endpoint(s: Stack) -> None:
+    out = httpx.post(f"{s.proxy.url}/draftgate/explain",
+                     json={"model": MODEL, "messages": USER, "tools": [WEATHER], "tool_choice": "required"}).json()
+    assert out["route"] == "spec-on" and out["w_s"] == 1.0
+    assert out["predicted_saving"] > 0 and set(out["predicted_tau"]) == {"s", "r", "f"}
+    assert "break_even_ws" in out and out["reasons"]
+
+
+def test_unsupported_sampling_and_n_go_plain(s: Stack) -> None:
+    for extra in ({"frequency_penalty": 0.3}, {"n": 2}, {"logprobs": True}):
+        r = httpx.post(f"{s.proxy.url}/v1/chat/completions", json={
+            "model": MODEL, "messages": USER, "tools": [WEATHER], "tool_choice": "required", "temperature": 0, **extra})
+        assert r.status_code == 200 and r.headers["x-draftgate-route"] == "spec-off", extra
+
+
+@pytest.mark.parametrize(("raw", "headers", "status", "needle"), [
+    (b"{not json", {"content-type": "application/json"}, 400, "not valid JSON"),
+    (b'{"messages": "hi"}', {"content-type": "application/json"}, 400, "messages"),
+    (b'[1, 2]', {"content-type": "application/json"}, 400, "JSON object"),
+    (b'{"model": "Qwen/Qwen3-32B", "messages": []}', {"content-type": "application/json"}, 400, "empty"),
+    (b'{"messages": [{"role": "user", "content": "x"}]}', {"content-type": "text/plain"}, 415, "content type"),
+    (b'{"model": "nope", "messages": [{"role": "user", "content": "x"}]}', {"content-type": "application/json"},
+     404, "does not exist"),
+])
+def test_bad_input_gets_openai_errors(s: Stack, raw: bytes, headers: dict[str, str], status: int, needle: str) -> None:
+    r = httpx.post(f"{s.proxy.url}/v1/chat/completions", content=raw, headers=headers)
+    assert r.status_code == status
+    error = r.json()["error"]
+    assert needle in error["message"] and set(error) == {"message", "type", "param", "code"}
+    assert s.client.chat.completions.create(model=MODEL, messages=USER, max_tokens=2).choices
+
+
+def test_oversized_body_is_413() -> None:
+    with stack(3, max_body_bytes=4096) as st:
+        big = {"model": MODEL, "messages": [{"role": "user", "content": "x" * 10_000}]}
+        r = httpx.post(f"{st.proxy.url}/v1/chat/completions", json=big)
+        assert r.status_code == 413 and "exceeds" in r.json()["error"]["message"]
+
+
+def test_backend_4xx_passes_through_unchanged(s: Stack) -> None:
+    body = {"model": MODEL, "messages": USER, "n": 99}
+    via = httpx.post(f"{s.proxy.url}/v1/chat/completions", json=body)
+    direct = httpx.post(f"{s.off.url}/v1/chat/completions", json=body)
+    assert via.status_code == direct.status_code == 400 and via.json() == direct.json()
+
+
+def test_models_health_ready_metrics(s: Stack) -> None:
+    models = s.client.models.list()
+    assert [m.id for m in models.data] == [MODEL]
+    assert httpx.get(f"{s.proxy.url}/health").json() == {"status": "ok"}
+    assert httpx.get(f"{s.proxy.url}/ready").status_code == 200
+    s.client.chat.completions.create(model=MODEL, messages=USER, max_tokens=2)
+    text = httpx.get(f"{s.proxy.url}/metrics").text
+    assert metric_value(text, "draftgate_requests_total", status="200") >= 1
+    assert metric_value(text, "draftgate_proxy_overhead_seconds_count") >= 1
+
+
+def test_passthrough_of_other_v1_routes(s: Stack) -> None:
+    r = httpx.get(f"{s.proxy.url}/v1/unknown-route")
+    assert r.status_code == 404 and r.headers["x-draftgate-route"] == "spec-off"
+
+
+def test_failover_when_a_pool_is_down() -> None:
+    # health checks slow enough that requests, not the checker, find the dead pool first
+    with stack(4, health_interval=30.0) as st:
+        st.on.server.should_exit = True
+        st.on.thread.join(timeout=10)
+        for _ in range(5):
+            r = httpx.post(f"{st.proxy.url}/v1/chat/completions", json={
+                "model": MODEL, "messages": USER, "tools": [WEATHER], "tool_choice": "required", "temperature": 0},
+                timeout=30)
+            assert r.status_code == 200 and r.headers["x-draftgate-route"] == "spec-off"
+        assert st.metric("draftgate_failovers_total") == 1  # then the dead replica is marked down
+        ready = httpx.get(f"{st.proxy.url}/ready").json()
+        assert ready["healthy_replicas"] == {"spec-on": 0, "spec-off": 1}
+
+
+def test_failover_on_503_and_stream_dying_midway() -> None:
+    with stack(5) as st:
+        httpx.post(f"{st.on.url}/debug/faults", json={"error_status": 503})
+        r = httpx.post(f"{st.proxy.url}/v1/chat/completions", json={
+            "model": MODEL, "messages": USER, "tools": [WEATHER], "tool_choice": "required", "temperature": 0})
+        assert r.status_code == 200 and r.headers["x-draftgate-route"] == "spec-off"
+        assert st.metric("draftgate_failovers_total", reason="upstream answered 503") == 1
+        httpx.post(f"{st.on.url}/debug/faults", json={"error_status": None})
+        httpx.post(f"{st.off.url}/debug/faults", json={"die_after_tokens": 3})
+        text = httpx.post(f"{st.proxy.url}/v1/chat/completions", json={
+            "model": MODEL, "messages": USER, "temperature": 0.7, "stream": True, "max_tokens": 50}).text
+        events = [json.loads(line[6:]) for line in text.split("\n\n") if line.startswith("data: {")]
+        assert "error" in events[-1] and events[-1]["error"]["code"] == 502
+        assert text.rstrip().endswith("data: [DONE]")
+
+
+def test_saturated_speculation_pool_sheds_marginal_traffic() -> None:
+    with stack(6, spec_max_num_seqs=2, on_kwargs={"max_num_seqs": 2, "time_scale": 0.1}) as st:
+        async def run() -> list[str]:
+            async with httpx.AsyncClient(timeout=60) as h:
+                schema = {"type": "object", "properties": {"rows": {"type": "array", "minItems": 40, "maxItems": 40,
+                          "items": {"type": "object", "properties": {"city": {"type": "string"}},
+                                    "required": ["city"]}}}, "required": ["rows"]}
+                bodies = [{"model": MODEL, "messages": [{"role": "user", "content": f"List {i}"}], "temperature": 0,
+                           "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": schema}}}
+                          for i in range(8)]
+                rs = await asyncio.gather(*(h.post(f"{st.proxy.url}/v1/chat/completions", json=b) for b in bodies))
+                assert all(r.status_code == 200 for r in rs)
+                return [r.headers["x-draftgate-route"] for r in rs]
+        routes = asyncio.run(run())
+        assert "spec-off" in routes and "spec-on" in routes
+        assert st.metric("draftgate_decisions_total", reason="capacity") >= 1
+
+
+def test_sheds_with_503_when_every_pool_is_full() -> None:
+    slow = {"max_num_seqs": 1, "time_scale": 0.2}
+    with stack(7, spec_max_num_seqs=1, off_max_num_seqs=1, queue_depth_per_replica=0, queue_timeout=0.1,
+               on_kwargs=slow, off_kwargs=slow) as st:
+        async def run() -> list[httpx.Response]:
+            async with httpx.AsyncClient(timeout=60) as h:
+                body = {"model": MODEL, "messages": USER, "reasoning_effort": "low", "temperature": 0}
+                return await asyncio.gather(*(h.post(f"{st.proxy.url}/v1/chat/completions", json=body)
+                                              for _ in range(4)))
+        responses = asyncio.run(run())
+        statuses = sorted(r.status_code for r in responses)
+        assert statuses == [200, 200, 503, 503], statuses
+        shed = next(r for r in responses if r.status_code == 503)
+        assert shed.headers["retry-after"] == "1" and shed.json()["error"]["code"] == "overloaded"
+        assert st.metric("draftgate_shed_total") == 2
+
+
+def test_client_disconnect_cancels_upstream_quickly() -> None:
+    with stack(8, on_kwargs={"time_scale": 0.2}, off_kwargs={"time_scale": 0.2}) as st:
+        async def run() -> float:
+            async with httpx.AsyncClient(timeout=30) as h:
+                body = {"model": MODEL, "messages": USER, "stream": True, "reasoning_effort": "high", "temperature": 0.7}
+                async with h.stream("POST", f"{st.proxy.url}/v1/chat/completions", json=body) as r:
+                    route = r.headers["x-draftgate-route"]
+                    async for _ in r.aiter_lines():
+                        break
+                backend = st.on.url if route == "spec-on" else st.off.url
+                start = time.perf_counter()
+                while time.perf_counter() - start < 2:
+                    running = metric_value((await h.get(f"{backend}/metrics")).text, "vllm:num_requests_running")
+                    if running == 0:
+                        return time.perf_counter() - start
+                    await asyncio.sleep(0.01)
+                return 99.0
+        assert asyncio.run(run()) < 0.2

@@ -1,0 +1,146 @@
+"""Operating the proxy: the serve command, configuration, reload, keys, DNS replicas."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from lab.servers import ServerProcess, ServerThread
+from proxy.app import create_app
+from proxy.config import ConfigError, load_settings
+from tests.conftest import emulator
+from tests.proxy_harness import stack
+
+MODEL = "Qwen/Qwen3-32B"
+USER = [{"role": "user", "content": "hello"}]
+DRAFTGATE = [sys.executable, "-m", "proxy.cli.main"]
+
+
+def test_invalid_configuration_stops_startup_with_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"pools": [{"name": "a", "urls": ["127.0.0.1:80"]}]}))
+    for args in (["--config", str(bad)], ["--config", str(tmp_path / "missing.yaml")], []):
+        proc = subprocess.run([*DRAFTGATE, "serve", *args], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2, proc.stderr
+        assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    proc = subprocess.run([*DRAFTGATE, "serve", "--config", str(bad)], capture_output=True, text=True, timeout=60)
+    assert "pools.0.urls" in proc.stderr
+
+
+def test_environment_overrides_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"port": 9000, "pools": [{"name": "p", "urls": ["http://127.0.0.1:1"]}],
+                                   "default_policy": {"margin": 0.1}}))
+    monkeypatch.setenv("DRAFTGATE_PORT", "9001")
+    monkeypatch.setenv("DRAFTGATE_DEFAULT_POLICY__MARGIN", "0.2")
+    settings = load_settings(cfg)
+    assert settings.port == 9001 and settings.default_policy.margin == 0.2
+    monkeypatch.setenv("DRAFTGATE_PORT", "not-a-port")
+    with pytest.raises(ConfigError, match="port"):
+        load_settings(cfg)
+
+
+def test_serve_process_quick_start_and_sighup_reload(tmp_path: Path) -> None:
+    with emulator(21, True) as on, emulator(21, False) as off:
+        cfg = tmp_path / "draftgate.yaml"
+        config = {"pools": [{"name": "spec-on", "urls": [on.url], "speculation": {"gamma": 8}},
+                            {"name": "spec-off", "urls": [off.url]}],
+                  "models": {MODEL: {"mode": "always_off"}}}
+        cfg.write_text(yaml.safe_dump(config))
+        body = {"model": MODEL, "messages": USER, "tool_choice": "required", "temperature": 0,
+                "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]}
+        with ServerProcess(["serve", "--config", str(cfg)]) as proxy:
+            assert httpx.post(f"{proxy.url}/v1/chat/completions", json=body).headers["x-draftgate-route"] == "spec-off"
+            config["models"][MODEL]["mode"] = "always_on"
+            cfg.write_text(yaml.safe_dump(config))
+            proxy.process.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + 10
+            route = ""
+            while time.monotonic() < deadline and route != "spec-on":
+                route = httpx.post(f"{proxy.url}/v1/chat/completions", json=body).headers["x-draftgate-route"]
+                time.sleep(0.1)
+            assert route == "spec-on"
+            assert "serving on http://127.0.0.1" in proxy.output()
+            assert '"event": "request"' in proxy.output()
+        with ServerProcess(["serve", "--spec-on", on.url, "--spec-off", off.url]) as proxy:
+            assert httpx.post(f"{proxy.url}/v1/chat/completions", json=body).status_code == 200
+
+
+def test_reload_endpoint_needs_the_admin_token(tmp_path: Path) -> None:
+    with emulator(22, True) as on, emulator(22, False) as off:
+        cfg = tmp_path / "c.yaml"
+        config = {"pools": [{"name": "spec-on", "urls": [on.url], "speculation": {"gamma": 8}},
+                            {"name": "spec-off", "urls": [off.url]}], "admin_token": "s3cret", "log_requests": False}
+        cfg.write_text(yaml.safe_dump(config))
+        app = create_app(load_settings(cfg), reload_settings=lambda: load_settings(cfg))
+        with ServerThread(app) as proxy:
+            assert httpx.post(f"{proxy.url}/draftgate/reload").status_code == 401
+            config["pools"][0]["speculation"]["gamma"] = 4
+            cfg.write_text(yaml.safe_dump(config))
+            r = httpx.post(f"{proxy.url}/draftgate/reload", headers={"authorization": "Bearer s3cret"})
+            assert r.status_code == 200 and r.json()["reloaded"]
+            assert app.state.proxy.gk.pool("spec-on").config.speculation.gamma == 4
+            cfg.write_text("pools: [")
+            r = httpx.post(f"{proxy.url}/draftgate/reload", headers={"authorization": "Bearer s3cret"})
+            assert r.status_code == 400 and "YAML" in r.json()["error"]["message"]
+            assert app.state.proxy.gk.pool("spec-on").config.speculation.gamma == 4
+
+
+def test_reload_keeps_in_flight_requests(tmp_path: Path) -> None:
+    with emulator(23, True, time_scale=0.1) as on, emulator(23, False, time_scale=0.1) as off:
+        cfg = tmp_path / "c.yaml"
+        config = {"pools": [{"name": "spec-on", "urls": [on.url], "speculation": {"gamma": 8}},
+                            {"name": "spec-off", "urls": [off.url]}], "admin_token": "t", "log_requests": False}
+        cfg.write_text(yaml.safe_dump(config))
+        app = create_app(load_settings(cfg), reload_settings=lambda: load_settings(cfg))
+        with ServerThread(app) as proxy:
+            async def run() -> int:
+                async with httpx.AsyncClient(timeout=60) as h:
+                    slow = asyncio.ensure_future(h.post(f"{proxy.url}/v1/chat/completions", json={
+                        "model": MODEL, "messages": USER, "reasoning_effort": "low"}))
+                    await asyncio.sleep(0.2)
+                    r = await h.post(f"{proxy.url}/draftgate/reload", headers={"authorization": "Bearer t"})
+                    assert r.status_code == 200
+                    return (await slow).status_code
+            assert asyncio.run(run()) == 200
+
+
+def test_api_keys_and_upstream_key() -> None:
+    with stack(24, api_keys=["client-key"]) as st:
+        r = httpx.post(f"{st.proxy.url}/v1/chat/completions", json={"model": MODEL, "messages": USER})
+        assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+        r = httpx.post(f"{st.proxy.url}/v1/chat/completions", json={"model": MODEL, "messages": USER, "max_tokens": 2},
+                       headers={"authorization": "Bearer client-key"})
+        assert r.status_code == 200
+        backend = st.on.url if r.headers["x-draftgate-route"] == "spec-on" else st.off.url
+        seen = httpx.get(f"{backend}/debug/requests").json()[-1]
+        assert "authorization" not in seen["headers"]  # the proxy's key is not the backend's
+
+
+def test_dns_names_resolve_to_replicas() -> None:
+    with emulator(25, True) as on, emulator(25, False) as off:
+        port = on.port
+        settings = load_settings(None, pools=[
+            {"name": "spec-on", "urls": [f"http://localhost:{port}"], "speculation": {"gamma": 8},
+             "dns_refresh_seconds": 0.2},
+            {"name": "spec-off", "urls": [off.url]}], health_interval=0.2, log_requests=False)
+        app = create_app(settings)
+        with ServerThread(app) as proxy:
+            deadline = time.monotonic() + 5
+            replicas: list[str] = []
+            while time.monotonic() < deadline:
+                replicas = list(app.state.proxy.gk.pool("spec-on").replicas)
+                if any("127.0.0.1" in r for r in replicas):
+                    break
+                time.sleep(0.1)
+            assert f"http://127.0.0.1:{port}" in replicas
+            r = httpx.post(f"{proxy.url}/v1/chat/completions", json={"model": MODEL, "messages": USER, "max_tokens": 2})
+            assert r.status_code == 200
