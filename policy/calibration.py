@@ -14,6 +14,7 @@ money the wrong way for as long as nobody looks.
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -167,12 +168,18 @@ class Calibration(BaseModel):
         """The calibration of a named pool, or defaults with that depth and method."""
         if name in self.pools:
             return self.pools[name]
-        fields: dict[str, Any] = {}
-        if gamma is not None:
-            fields["gamma"] = gamma
-        if method is not None:
-            fields["method"] = method
-        return PoolCalibration(**fields)
+        return _default_pool(gamma, method)
+
+
+@functools.lru_cache(maxsize=64)
+def _default_pool(gamma: int | None, method: str | None) -> PoolCalibration:
+    # built once per (depth, method): the gate asks for it several times per request
+    fields: dict[str, Any] = {}
+    if gamma is not None:
+        fields["gamma"] = gamma
+    if method is not None:
+        fields["method"] = method
+    return PoolCalibration(**fields)
 
 
 class CalibrationError(ValueError):

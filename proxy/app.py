@@ -30,6 +30,7 @@ from proxy.monitor import Monitor
 from proxy.observe import Observation
 from proxy.recorder import Recorder
 from proxy.relay import client_wants_usage, relay_events
+from proxy.upstream import UpstreamClient, UpstreamError, UpstreamResponse
 
 log = logging.getLogger("draftgate.proxy")
 
@@ -47,18 +48,14 @@ class Proxy:
         self.gk = Gatekeeper(settings)
         self.reload_settings = reload_settings
         # httpcore scans its whole pool per request: keep the pool modest so an overload cannot snowball
-        self.client = httpx.AsyncClient(limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
-                                        timeout=self._timeout())
+        self.upstream = UpstreamClient()  # the hot path
+        self.client = httpx.AsyncClient(timeout=10.0)  # health checks, scrapes, model lists
         self.monitor = Monitor(self.gk.pools, self.client, settings.health_interval, settings.scrape_interval,
                                on_scrape=None)
         self.recorder = Recorder(self.gk)
         self.monitor.on_scrape = self.recorder.on_scrape
         self.known_models: set[str] = set()
         self.models_checked = 0.0
-
-    def _timeout(self) -> httpx.Timeout:
-        s = self.gk.settings
-        return httpx.Timeout(connect=s.connect_timeout, read=s.first_byte_timeout, write=30.0, pool=s.connect_timeout)
 
     # ------------------------------------------------------------ gated routes
 
@@ -85,8 +82,8 @@ class Proxy:
         prefer = (plan.affinity.placement.pool, plan.affinity.placement.replica) if plan.affinity else None
         observation = Observation()
         try:
-            upstream = await send_with_failover(gk, self.client, "POST", path, request.url.query.encode(),
-                                                request.headers, raw, plan.order, prefer, plan.model, self._timeout())
+            upstream = await send_with_failover(gk, self.upstream, "POST", _target(request, path), request.headers,
+                                                raw, plan.order, prefer, plan.model)
         except NoCapacity:
             self.recorder.finish(plan, None, observation, 503, overhead)
             return openai_error(503, "all pools are at capacity; retry shortly", code="overloaded",
@@ -114,7 +111,7 @@ class Proxy:
                 self.recorder.finish(plan, upstream, observation, 499, overhead)
                 return Response(status_code=499)
             content = reading.result()
-        except httpx.HTTPError as exc:
+        except UpstreamError as exc:
             self.recorder.finish(plan, upstream, observation, 502, overhead)
             return openai_error(502, f"upstream failed while answering: {type(exc).__name__}")
         finally:
@@ -139,7 +136,7 @@ class Proxy:
                 if observation.first_byte_at is None:
                     observation.first_byte_at = time.perf_counter()
                 yield event
-        except httpx.HTTPError as exc:
+        except UpstreamError as exc:
             status = 502
             self.gk.metrics.upstream_errors.labels(pool=upstream.pool.name, kind="mid_stream").inc()
             yield stream_error_event(502, f"upstream failed mid-stream: {type(exc).__name__}")
@@ -246,9 +243,9 @@ class Proxy:
         raw = await request.body()
         pools = sorted(self.gk.pools, key=lambda p: p.speculative)
         try:
-            upstream = await send_with_failover(self.gk, self.client, request.method, request.url.path,
-                                                request.url.query.encode(), request.headers, raw,
-                                                [p.name for p in pools], None, None, self._timeout())
+            upstream = await send_with_failover(self.gk, self.upstream, request.method,
+                                                _target(request, request.url.path), request.headers, raw,
+                                                [p.name for p in pools], None, None)
         except NoCapacity:
             return openai_error(503, "all pools are at capacity; retry shortly", headers={"retry-after": "1"})
         except UpstreamUnavailable as exc:
@@ -308,8 +305,13 @@ class Proxy:
         log.info("configuration reloaded")
 
 
-async def _read_all(response: httpx.Response) -> bytes:
-    return b"".join([chunk async for chunk in response.aiter_raw()])
+async def _read_all(response: UpstreamResponse) -> bytes:
+    return await response.aread()
+
+
+def _target(request: Request, path: str) -> str:
+    query = request.url.query
+    return f"{path}?{query}" if query else path
 
 
 async def _disconnected(request: Request) -> None:
@@ -335,6 +337,7 @@ def create_app(settings: ProxySettings, reload_settings: Callable[[], ProxySetti
         finally:
             await proxy.monitor.stop()
             await proxy.client.aclose()
+            proxy.upstream.close()
 
     app = FastAPI(title="draftgate", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     app.add_api_route("/v1/chat/completions", proxy.chat, methods=["POST"])

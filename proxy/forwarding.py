@@ -12,10 +12,16 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import httpx
-
 from proxy.gatekeeper import Gatekeeper
 from proxy.pools import Pool, Replica
+from proxy.upstream import (
+    Headers,
+    UpstreamClient,
+    UpstreamConnectError,
+    UpstreamProtocolError,
+    UpstreamResponse,
+    UpstreamTimeout,
+)
 
 log = logging.getLogger("draftgate.forward")
 
@@ -40,39 +46,35 @@ class UpstreamUnavailable(Exception):
 
 @dataclass
 class Upstream:
-    response: httpx.Response
+    response: UpstreamResponse
     pool: Pool
     replica: Replica
     failovers: int
 
 
-def upstream_headers(incoming: Mapping[str, str], pool: Pool, strip_authorization: bool) -> dict[str, str]:
-    headers = {k: v for k, v in incoming.items() if k.lower() not in HOP_BY_HOP}
-    if strip_authorization:
-        headers.pop("authorization", None)
-        headers.pop("Authorization", None)
+def upstream_headers(incoming: Mapping[str, str], pool: Pool, strip_authorization: bool) -> list[tuple[str, str]]:
+    drop_auth = strip_authorization or pool.config.api_key is not None
+    headers = [(k, v) for k, v in incoming.items()
+               if k.lower() not in HOP_BY_HOP and not (drop_auth and k.lower() == "authorization")]
     if pool.config.api_key is not None:
-        headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
-        headers["authorization"] = f"Bearer {pool.config.api_key.get_secret_value()}"
+        headers.append(("authorization", f"Bearer {pool.config.api_key.get_secret_value()}"))
     return headers
 
 
-def downstream_headers(upstream: httpx.Headers) -> dict[str, str]:
+def downstream_headers(upstream: Headers) -> dict[str, str]:
     return {k: v for k, v in upstream.items() if k.lower() not in HOP_BY_HOP and k.lower() not in ("date", "server")}
 
 
 async def send_with_failover(
     gk: Gatekeeper,
-    client: httpx.AsyncClient,
+    client: UpstreamClient,
     method: str,
-    path: str,
-    query: bytes,
+    target: str,
     headers: Mapping[str, str],
     body: bytes,
     order: list[str],
     prefer_replica: tuple[str, str] | None,
     model: str | None,
-    timeout: httpx.Timeout,
 ) -> Upstream:
     gk.budget.deposit()
     pools = [p for p in (gk.pool(name) for name in order) if p is not None]
@@ -103,25 +105,25 @@ async def send_with_failover(
         tried.add(replica.url)
         replica.inflight += 1
         send_headers = upstream_headers(headers, pool, strip_authorization=bool(gk.settings.api_keys))
-        request = client.build_request(method, replica.url + path + (b"?" + query if query else b"").decode(),
-                                       headers=send_headers, content=body, timeout=timeout)
         try:
-            response = await client.send(request, stream=True)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            response = await client.origin(replica.url).request(
+                method, target, send_headers, body, gk.settings.connect_timeout, gk.settings.first_byte_timeout)
+        except UpstreamConnectError as exc:
             await gk.pools.release(replica)
             replica.mark_failed()
             gk.metrics.upstream_errors.labels(pool=pool.name, kind="connect").inc()
-            last_error, last_status, previous = f"connect failed: {type(exc).__name__}", 502, pool
+            last_error, last_status, previous = "connect failed", 502, pool
+            log.warning("upstream connect failed", extra={"replica": replica.url, "path": str(exc)})
             continue
-        except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
+        except UpstreamTimeout:
             await gk.pools.release(replica)
             gk.metrics.upstream_errors.labels(pool=pool.name, kind="timeout").inc()
             last_error, last_status, previous = "timed out before the first byte", 504, pool
             continue
-        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+        except UpstreamProtocolError:
             await gk.pools.release(replica)
             gk.metrics.upstream_errors.labels(pool=pool.name, kind="protocol").inc()
-            last_error, last_status, previous = f"connection dropped: {type(exc).__name__}", 502, pool
+            last_error, last_status, previous = "connection dropped", 502, pool
             continue
         if response.status_code in RETRYABLE_STATUS:
             await response.aclose()
