@@ -75,6 +75,7 @@ class PoolCost:
     prefill_seconds: float
     eligible: bool
     note: str = ""
+    batch: float = 1.0  # running requests including this one, when decided
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,7 @@ def pool_cost(
         prefill_seconds=prefill,
         eligible=eligible,
         note=note,
+        batch=batch,
     )
 
 

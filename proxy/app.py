@@ -56,6 +56,17 @@ class Proxy:
         self.monitor.on_scrape = self.recorder.on_scrape
         self.known_models: set[str] = set()
         self.models_checked = 0.0
+        self.warn_about_attribution(settings)
+
+    @staticmethod
+    def warn_about_attribution(settings: ProxySettings) -> None:
+        blind = [p.name for p in settings.pools if p.speculation is not None and not p.per_request_metrics]
+        if blind and settings.proxy_replicas > 1:
+            log.warning(
+                "pools %s give no per-request speculation metrics and %d proxies share them: per-class tau "
+                "attributed from their counters by one proxy is unsound; run them with "
+                "--per-request-spec-decode-metrics, or regress in Prometheus over draftgate_output_tokens_total",
+                ", ".join(blind), settings.proxy_replicas)
 
     # ------------------------------------------------------------ gated routes
 
@@ -74,6 +85,8 @@ class Proxy:
             await self._check_model(body)
             plan = self.gk.plan(body, endpoint)
         except BadRequest as exc:
+            # no model label: a rejected request's model name is whatever the client typed
+            self.gk.metrics.requests.labels(model="", route="none", status=str(exc.status)).inc()
             return openai_error(exc.status, str(exc), param=exc.param, code=exc.code)
         gk = self.gk
         gk.metrics.decisions.labels(model=plan.model or "", route=plan.decision.route,
@@ -104,28 +117,33 @@ class Proxy:
                      headers: dict[str, str], overhead: float) -> Response:
         reading = asyncio.ensure_future(_read_all(upstream.response))
         gone = asyncio.ensure_future(_disconnected(request))
+        status, content = 502, b""
         try:
             await asyncio.wait({reading, gone}, return_when=asyncio.FIRST_COMPLETED)
-            if not reading.done():
+            if reading.done():
+                content = reading.result()
+                status = upstream.response.status_code
+            else:
                 reading.cancel()
-                self.recorder.finish(plan, upstream, observation, 499, overhead)
-                return Response(status_code=499)
-            content = reading.result()
-        except UpstreamError as exc:
-            self.recorder.finish(plan, upstream, observation, 502, overhead)
-            return openai_error(502, f"upstream failed while answering: {type(exc).__name__}")
+                status = 499
+        except UpstreamError:
+            status = 502
         finally:
             gone.cancel()
             await upstream.response.aclose()
-            await self.gk.pools.release(upstream.replica)
         post = time.perf_counter()
-        status = upstream.response.status_code
         observation.first_byte_at = observation.finished_at = post
         if status == 200 and "content-encoding" not in upstream.response.headers:
             observation.feed_bytes(content)
             observation.complete = True
-        response = Response(content=content, status_code=status, headers=headers)
+        if upstream.response.status_code != status:  # our own 499 or 502, not the backend's answer
+            response = (Response(status_code=499) if status == 499 else
+                        openai_error(502, "upstream failed while answering"))
+        else:
+            response = Response(content=content, status_code=status, headers=headers)
+        # observe before releasing: attribution windows close only when nothing is in flight
         self.recorder.finish(plan, upstream, observation, status, overhead + (time.perf_counter() - post))
+        await self.gk.pools.release(upstream.replica)
         return response
 
     async def _stream(self, plan: Plan, upstream: Upstream, observation: Observation, strip_usage: bool,
@@ -146,10 +164,10 @@ class Proxy:
         finally:
             observation.finished_at = time.perf_counter()
             await upstream.response.aclose()
-            await self.gk.pools.release(upstream.replica)
             if status == 200 and not observation.complete:
                 status = 499
             self.recorder.finish(plan, upstream, observation, status, overhead)
+            await self.gk.pools.release(upstream.replica)
 
     # ------------------------------------------------------------ checks
 

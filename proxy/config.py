@@ -41,6 +41,9 @@ class PoolConfig(BaseModel):
     max_num_seqs: int = Field(256, ge=1, description="per replica, as the server was started")
     sampling_defaults: SamplingDefaults = SamplingDefaults()
     api_key: SecretStr | None = Field(None, description="sent upstream instead of the client's key")
+    per_request_metrics: bool = Field(
+        True, description="the server runs with --per-request-spec-decode-metrics (else tau comes from counters)"
+    )
 
     @field_validator("urls")
     @classmethod
@@ -83,6 +86,11 @@ class ProxySettings(BaseSettings):
     health_interval: float = Field(1.0, gt=0)
     scrape_interval: float = Field(2.0, gt=0)
     log_requests: bool = True
+    exploration_share: float = Field(0.02, ge=0.0, le=0.5, description="share sent to the pool not chosen")
+    price_per_gpu_hour: float = Field(0.0, ge=0.0, description="for the money-saved counters; 0: not exported")
+    currency: str = Field("USD", min_length=1, max_length=8)
+    proxy_replicas: int = Field(1, ge=1, description="proxies sharing these pools (counter attribution needs 1)")
+    drift_window: int = Field(200, ge=10, description="requests over which predicted-observed drift is averaged")
 
     @model_validator(mode="after")
     def _pools(self) -> ProxySettings:

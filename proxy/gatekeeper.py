@@ -4,6 +4,7 @@ for each request (structure estimate plus the gate's decision)."""
 from __future__ import annotations
 
 import logging
+import random
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -29,11 +30,30 @@ class Plan:
     shape: str
     affinity: Match | None
     decision: Decision
-    order: list[str]  # pools to try, the decision's route first
+    order: list[str]  # pools to try, the route first
+    explored: bool = False  # sent to the pool the gate did not choose, to measure the counterfactual
+
+    @property
+    def route(self) -> str:
+        return self.order[0]
+
+    @property
+    def request_class(self) -> str:
+        """A low-cardinality label for what kind of request this is."""
+        e = self.estimate
+        if e.thinking:
+            return "reasoning"
+        if e.constrained and e.p_tool_call >= 1.0:
+            return "tool"
+        if e.constrained:
+            return "json"
+        if e.p_tool_call > 0:
+            return "tool_auto"
+        return "prose"
 
     def headers(self) -> dict[str, str]:
         return {
-            "x-draftgate-route": self.decision.route,
+            "x-draftgate-route": self.route,
             "x-draftgate-schema-fraction": f"{self.estimate.w_s:.3f}",
             "x-draftgate-predicted-saving": f"{self.decision.predicted_saving:.3f}",
         }
@@ -76,6 +96,7 @@ class Gatekeeper:
         self.metrics = ProxyMetrics()
         self.budget = RetryBudget(settings.retry_budget_ratio, settings.retry_budget_floor)
         self._last_route: OrderedDict[str, str] = OrderedDict()
+        self._random = random.Random()
 
     def reload(self, settings: ProxySettings) -> None:
         """Swap configuration in place; requests in flight keep their pool objects."""
@@ -108,7 +129,34 @@ class Gatekeeper:
         order = [decision.route] + [c.pool for c in sorted(decision.costs, key=lambda c: c.cost_per_token)
                                     if c.pool != decision.route]
         self._remember(shape, decision.route)
-        return Plan(body, endpoint, model, blended, shape, match, decision, order)
+        plan = Plan(body, endpoint, model, blended, shape, match, decision, order)
+        self._maybe_explore(plan, policy_config.mode)
+        return plan
+
+    def _maybe_explore(self, plan: Plan, mode: str) -> None:
+        """Send a small share to the other kind of pool, so both savings stay measured.
+
+        Never for requests the gate had to route one way (vLLM would not speculate,
+        n > 1, a fixed mode, a pool at capacity) or that would lose a cached prefix.
+        """
+        share = self.settings.exploration_share
+        if share <= 0 or self._random.random() >= share or mode != "auto":
+            return
+        e, d = plan.estimate, plan.decision
+        if e.speculation_unsupported or e.n > 1 or any("capacity" in r for r in d.reasons):
+            return
+        if plan.affinity is not None and plan.affinity.cached_tokens > 1000:
+            return
+        chosen = self.pool(d.route)
+        others = [c for c in sorted(d.costs, key=lambda c: c.cost_per_token)
+                  if c.eligible and c.pool != d.route and (p := self.pool(c.pool)) is not None
+                  and chosen is not None and p.speculative != chosen.speculative]
+        if not others:
+            return
+        target = others[0].pool
+        plan.order = [target] + [name for name in plan.order if name != target]
+        plan.explored = True
+        self.metrics.exploration.labels(model=plan.model or "", **{"class": plan.request_class}, pool=target).inc()
 
     def _remember(self, shape: str, route: str) -> None:
         self._last_route[shape] = route

@@ -11,6 +11,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 disable_created_metrics()
 
 _OVERHEAD_BUCKETS = (0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1)
+_FRACTION_BUCKETS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
+_TAU_BUCKETS = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 12.0, 16.0)
+# Savings can be negative, and a histogram with negative buckets loses its _sum in the
+# exposition; so the distribution is of the net cost ratio 1 - saving, which is never negative.
+_COST_RATIO_BUCKETS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0)
+_TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+_TPOT_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2)
 
 
 class ProxyMetrics:
@@ -39,3 +46,58 @@ class ProxyMetrics:
                                       registry=r)
         self.learner_shapes = Gauge("draftgate_learner_shapes", "Request shapes the structure learner tracks.",
                                     registry=r)
+        # predicted against observed, per model, pool and request class
+        per = ["model", "pool", "class"]
+        self.ws_predicted = Histogram("draftgate_predicted_schema_fraction", "Predicted schema-bound share w_S.",
+                                      per, buckets=_FRACTION_BUCKETS, registry=r)
+        self.ws_observed = Histogram("draftgate_observed_schema_fraction", "Observed schema-bound share w_S.",
+                                     per, buckets=_FRACTION_BUCKETS, registry=r)
+        self.ws_break_even = Histogram("draftgate_break_even_schema_fraction",
+                                       "Per-request break-even w_S* (span form) for its R:F split.", ["model", "pool"],
+                                       buckets=_FRACTION_BUCKETS, registry=r)
+        self.tau_predicted = Histogram("draftgate_predicted_tau", "Predicted accepted draft tokens per round.",
+                                       per, buckets=_TAU_BUCKETS, registry=r)
+        self.tau_observed = Histogram("draftgate_observed_tau", "Observed accepted draft tokens per round.",
+                                      [*per, "source"], buckets=_TAU_BUCKETS, registry=r)
+        self.cost_predicted = Histogram("draftgate_predicted_net_cost_ratio",
+                                        "Predicted cost per token with speculation over without (1 - saving).",
+                                        per, buckets=_COST_RATIO_BUCKETS, registry=r)
+        self.cost_observed = Histogram("draftgate_observed_net_cost_ratio",
+                                       "Observed cost ratio (1 - saving), from acceptance through the cost model.",
+                                       per, buckets=_COST_RATIO_BUCKETS, registry=r)
+        self.saving_time = Gauge("draftgate_observed_time_saving_ratio",
+                                 "Saving measured from decode time per token, speculation pool against plain pool, "
+                                 "same class and load band.", ["model", "pool", "class", "load_band"], registry=r)
+        self.drift = Gauge("draftgate_saving_drift_ratio",
+                           "Mean predicted minus observed saving over the last requests (drift window).",
+                           ["model", "pool"], registry=r)
+        self.tau_attributed = Gauge("draftgate_attributed_tau",
+                                    "Per-class tau attributed from the pool's counters (no per-request metrics).",
+                                    ["pool", "class"], registry=r)
+        self.output_tokens = Counter("draftgate_output_tokens", "Output tokens by class, as measured on responses.",
+                                     ["model", "pool", "token_class"], registry=r)
+        self.ttft = Histogram("draftgate_time_to_first_token_seconds", "Time to first token through the proxy.",
+                              ["pool", "class"], buckets=_TTFT_BUCKETS, registry=r)
+        self.tpot = Histogram("draftgate_decode_seconds_per_token", "Decode time per output token (streams).",
+                              ["pool", "class", "load_band"], buckets=_TPOT_BUCKETS, registry=r)
+        self.gpu_saved = Counter("draftgate_gpu_seconds_saved", "GPU-seconds speculation saved (observed).",
+                                 ["model", "pool"], registry=r)
+        self.gpu_lost = Counter("draftgate_gpu_seconds_lost", "GPU-seconds speculation cost extra (observed).",
+                                ["model", "pool"], registry=r)
+        self.money_saved = Counter("draftgate_money_saved", "Net money saved at the configured GPU-hour price.",
+                                   ["model", "pool", "currency"], registry=r)
+        self.money_lost = Counter("draftgate_money_lost", "Money lost where speculation cost more.",
+                                  ["model", "pool", "currency"], registry=r)
+        self.exploration = Counter("draftgate_exploration_requests", "Requests sent to the pool the gate did not "
+                                   "choose, to keep the counterfactual measured.", ["model", "class", "pool"],
+                                   registry=r)
+        self.break_even_alpha = Gauge("draftgate_break_even_acceptance",
+                                      "Break-even acceptance alpha* per pool and concurrency band.",
+                                      ["model", "pool", "load_band", "form"], registry=r)
+        self.calibration_parameter = Gauge("draftgate_calibration_parameter", "Calibration parameters in use.",
+                                           ["model", "parameter"], registry=r)
+        self.calibration_age = Gauge("draftgate_calibration_age_seconds", "Age of the calibration in use.",
+                                     ["model"], registry=r)
+        self.calibration_default = Gauge("draftgate_calibration_is_default",
+                                         "1 while the gate runs on documented defaults, not a measured calibration.",
+                                         ["model"], registry=r)

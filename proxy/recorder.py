@@ -1,11 +1,26 @@
-"""Where a finished request leaves its traces: metrics, the learner, affinity, the log."""
+"""Where a finished request leaves its traces: predicted against observed, the
+learner, affinity, attribution windows, and one log line.
+
+Observed tau comes from the response's per-request speculation metrics when
+the pool provides them; otherwise from the pool's counters, attributed to
+classes over scrape windows (sound only while this proxy sees all of the
+pool's traffic; with several proxy replicas, use per-request metrics or run
+the same regression in Prometheus over ``draftgate_output_tokens_total``).
+Observed saving is reported two ways: from acceptance through the cost model,
+and from decode time per token against the plain pool at the same class and
+load band.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import defaultdict, deque
 from typing import Any
 
+from policy import law
+from policy.attribution import CounterAttribution
+from policy.structure import ObservedStructure
 from proxy.forwarding import Upstream
 from proxy.gatekeeper import Gatekeeper, Plan
 from proxy.observe import Observation
@@ -13,50 +28,222 @@ from proxy.pools import Pool, Replica
 
 log = logging.getLogger("draftgate.requests")
 
+_MAX_WINDOW_SCRAPES = 10
+LOAD_BANDS = ((1, "1"), (8, "2-8"), (32, "9-32"), (128, "33-128"), (10**9, "129+"))
+BAND_POINTS = {"1": 1, "2-8": 4, "9-32": 16, "33-128": 64, "129+": 192}
+
+
+def load_band(batch: float) -> str:
+    return next(label for limit, label in LOAD_BANDS if batch <= limit)
+
 
 class Recorder:
     def __init__(self, gk: Gatekeeper) -> None:
         self.gk = gk
+        self.drift: dict[tuple[str, str], deque[float]] = defaultdict(lambda: deque(maxlen=gk.settings.drift_window))
+        self.attribution: dict[str, CounterAttribution] = defaultdict(CounterAttribution)
+        self.window_tokens: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+        self.last_accepted: dict[str, float] = {}
+        self.window_age: dict[str, int] = {}
+        self.tpot: dict[tuple[bool, str, str], float] = {}  # (speculative, class, band) -> EWMA s/token
+        self.started = time.time()
+
+    # ------------------------------------------------------------ per request
 
     def finish(self, plan: Plan, upstream: Upstream | None, observation: Observation, status: int,
                overhead: float) -> None:
         gk = self.gk
-        route = upstream.pool.name if upstream else plan.decision.route
+        route = upstream.pool.name if upstream else plan.route
         model = plan.model or ""
         gk.metrics.requests.labels(model=model, route=route, status=str(status)).inc()
         gk.metrics.overhead.labels(endpoint=plan.endpoint).observe(overhead)
         measured = None
+        tau_obs = saving_obs = None
         if status == 200 and observation.complete and upstream is not None:
             measured = observation.measured(plan.body)
             if measured.total_tokens > 0:
                 gk.learner.observe(plan.shape, measured)
+                tau_obs, saving_obs = self._observe(plan, upstream, observation, measured)
             prompt_tokens = observation.prompt_tokens or plan.estimate.prompt_tokens
             gk.affinity.record(plan.body, upstream.pool.name, upstream.replica.url, float(prompt_tokens))
         if gk.settings.log_requests:
-            record: dict[str, Any] = {
-                "event": "request", "endpoint": plan.endpoint, "model": model, "route": route,
-                "decided": plan.decision.route, "status": status, "stream": plan.body.get("stream") is True,
-                "w_s_predicted": round(plan.estimate.w_s, 4),
-                "predicted_saving": round(plan.decision.predicted_saving, 4),
-                "failovers": observation.failovers,
-                "duration_ms": round((time.perf_counter() - observation.started) * 1000, 2),
-                "overhead_ms": round(overhead * 1000, 3),
-                "reasons": list(plan.decision.reasons),
-            }
-            if measured is not None:
-                record["w_s_observed"] = round(measured.w_s, 4)
-                record["completion_tokens"] = measured.total_tokens
-            if observation.observed_tau is not None:
-                record["tau_observed"] = round(observation.observed_tau, 3)
-            log.info("request", extra={"fields": record})
+            self._log(plan, route, status, observation, overhead, measured, tau_obs, saving_obs)
+
+    def _observe(self, plan: Plan, upstream: Upstream, observation: Observation,
+                 measured: ObservedStructure) -> tuple[float | None, float | None]:
+        gk, m = self.gk, self.gk.metrics
+        pool = upstream.pool
+        model, cls = plan.model or "", plan.request_class
+        labels = {"model": model, "pool": pool.name, "class": cls}
+        m.ws_predicted.labels(**labels).observe(plan.estimate.w_s)
+        m.ws_observed.labels(**labels).observe(measured.w_s)
+        for token_class, count in (("s", measured.tokens.s), ("r", measured.tokens.r), ("f", measured.tokens.f)):
+            if count > 0:
+                m.output_tokens.labels(model=model, pool=pool.name, token_class=token_class).inc(count)
+        # The first token of every response comes from prefill, never from a draft:
+        # leave it out of the attribution window (it belongs to the response's first class).
+        window = self.window_tokens[upstream.replica.url]
+        counts = [measured.tokens.s, measured.tokens.r, measured.tokens.f]
+        first = 1 if counts[1] > 0 else (0 if counts[0] > 0 else 2)
+        counts[first] = max(0.0, counts[first] - 1.0)
+        for i in range(3):
+            window[i] += counts[i]
+        cost = plan.decision.cost_of(pool.name)
+        batch = cost.batch if cost is not None else 1.0
+        band = load_band(batch)
+        self._timing(observation, measured, pool, model, cls, band)
+        if plan.decision.break_even_ws is not None:
+            m.ws_break_even.labels(model=model, pool=pool.name).observe(plan.decision.break_even_ws)
+        if not pool.speculative or cost is None or plan.estimate.speculation_unsupported:
+            return None, None
+        mix = law.ClassMix(plan.estimate.w_s, plan.estimate.w_r, max(0.0, 1 - plan.estimate.w_s - plan.estimate.w_r))
+        predicted_tau = 1.0 / sum(w / (cost.tau[c] + 1.0) for c, w in mix.items()) - 1.0
+        m.tau_predicted.labels(**labels).observe(predicted_tau)
+        m.cost_predicted.labels(**labels).observe(1.0 - cost.saving)
+        tau_obs, source = observation.observed_tau, "per_request"
+        if tau_obs is None:
+            tau_obs, source = self._attributed_tau(pool.name, measured), "counters"
+        if tau_obs is None:
+            return None, None
+        spec = pool.config.speculation
+        assert spec is not None
+        cal = gk.calibration.pool(pool.name, spec.gamma, spec.method)
+        drafter = law.Drafter(spec.gamma, cal.delta(batch), spec.draft_cost if spec.draft_cost is not None
+                              else cal.draft_cost)
+        tau_obs = min(tau_obs, float(spec.gamma))
+        saving_obs = law.saving_from_tau(tau_obs, drafter)
+        m.tau_observed.labels(**labels, source=source).observe(tau_obs)
+        m.cost_observed.labels(**labels).observe(1.0 - saving_obs)
+        drift = self.drift[(model, pool.name)]
+        drift.append(cost.saving - saving_obs)
+        m.drift.labels(model=model, pool=pool.name).set(sum(drift) / len(drift))
+        gpu_seconds = measured.total_tokens * gk.calibration.target_pass_seconds(batch) / batch * saving_obs
+        price = gk.settings.price_per_gpu_hour
+        money = abs(gpu_seconds) / 3600.0 * price
+        if gpu_seconds >= 0:
+            m.gpu_saved.labels(model=model, pool=pool.name).inc(gpu_seconds)
+            if price:
+                m.money_saved.labels(model=model, pool=pool.name, currency=gk.settings.currency).inc(money)
+        else:
+            m.gpu_lost.labels(model=model, pool=pool.name).inc(-gpu_seconds)
+            if price:
+                m.money_lost.labels(model=model, pool=pool.name, currency=gk.settings.currency).inc(money)
+        return tau_obs, saving_obs
+
+    def _timing(self, observation: Observation, measured: ObservedStructure, pool: Pool, model: str, cls: str,
+                band: str) -> None:
+        m = self.gk.metrics
+        if observation.first_byte_at is None or observation.finished_at is None:
+            return
+        streamed = observation.finished_at > observation.first_byte_at
+        m.ttft.labels(pool=pool.name, **{"class": cls}).observe(observation.first_byte_at - observation.started)
+        if not streamed or measured.total_tokens < 2:
+            return
+        per_token = (observation.finished_at - observation.first_byte_at) / (measured.total_tokens - 1)
+        m.tpot.labels(pool=pool.name, **{"class": cls}, load_band=band).observe(per_token)
+        key = (pool.speculative, cls, band)
+        previous = self.tpot.get(key)
+        self.tpot[key] = per_token if previous is None else previous + 0.1 * (per_token - previous)
+        spec, plain = self.tpot.get((True, cls, band)), self.tpot.get((False, cls, band))
+        if spec is not None and plain is not None and plain > 0:
+            for p in self.gk.pools:
+                if p.speculative:
+                    m.saving_time.labels(model=model, pool=p.name, **{"class": cls}, load_band=band).set(1 - spec / plain)
+
+    def _attributed_tau(self, pool: str, measured: ObservedStructure) -> float | None:
+        replicas = self.gk.pool(pool)
+        if replicas is None:
+            return None
+        taus: dict[str, float | None] = {}
+        for replica in replicas.replicas.values():
+            taus = self.attribution[replica.url].tau()
+            if any(v is not None for v in taus.values()):
+                break
+        weights = {"s": measured.tokens.s, "r": measured.tokens.r, "f": measured.tokens.f}
+        known = {c: t for c, t in taus.items() if t is not None and weights[c] > 0}
+        if not known:
+            return None
+        total = sum(weights[c] for c in known)
+        rounds = sum(weights[c] / total / (known[c] + 1.0) for c in known)
+        return 1.0 / rounds - 1.0
+
+    # ------------------------------------------------------------ scrapes and gauges
 
     def on_scrape(self, pool: Pool, replica: Replica, values: dict[str, float]) -> None:
-        """Counter snapshots from a pool's /metrics (used for attribution)."""
+        """Close an attribution window for this replica (speculation pools only)."""
+        if not pool.speculative or "num_accepted_tokens" not in values:
+            return
+        accepted = values["num_accepted_tokens"]
+        previous = self.last_accepted.get(replica.url)
+        # Counters move while requests generate, tokens are counted when they finish:
+        # close a window when nothing is in flight, or after enough scrapes that the
+        # requests straddling its edges are a small part of it.
+        age = self.window_age.get(replica.url, 0) + 1
+        if previous is not None and replica.inflight > 0 and age < _MAX_WINDOW_SCRAPES:
+            self.window_age[replica.url] = age
+            return
+        self.window_age[replica.url] = 0
+        self.last_accepted[replica.url] = accepted
+        tokens = self.window_tokens.pop(replica.url, [0.0, 0.0, 0.0])
+        if previous is None:
+            return
+        attribution = self.attribution[replica.url]
+        attribution.add_window(accepted - previous, tokens)
+        for c, tau in attribution.tau().items():
+            if tau is not None:
+                self.gk.metrics.tau_attributed.labels(pool=pool.name, **{"class": c}).set(tau)
 
     def refresh_gauges(self) -> None:
-        gk = self.gk
+        gk, m = self.gk, self.gk.metrics
         for pool in gk.pools:
-            gk.metrics.pool_healthy.labels(pool=pool.name).set(len(pool.healthy_replicas()))
-            gk.metrics.pool_inflight.labels(pool=pool.name).set(pool.inflight)
-        gk.metrics.affinity_entries.set(len(gk.affinity))
-        gk.metrics.learner_shapes.set(len(gk.learner))
+            m.pool_healthy.labels(pool=pool.name).set(len(pool.healthy_replicas()))
+            m.pool_inflight.labels(pool=pool.name).set(pool.inflight)
+        m.affinity_entries.set(len(gk.affinity))
+        m.learner_shapes.set(len(gk.learner))
+        cal = gk.calibration
+        model = cal.model
+        m.calibration_default.labels(model=model).set(1.0 if cal.is_default else 0.0)
+        m.calibration_age.labels(model=model).set(max(0.0, time.time() - cal.created.timestamp()))
+        m.calibration_parameter.labels(model=model, parameter="kappa").set(cal.kappa)
+        for c in "srf":
+            m.calibration_parameter.labels(model=model, parameter=f"rho_{c}").set(cal.rho_greedy.of(c))
+        m.calibration_parameter.labels(model=model, parameter="prefill_seconds_per_token").set(
+            cal.prefill_seconds_per_token)
+        for pool in gk.pools:
+            spec = pool.config.speculation
+            if spec is None:
+                continue
+            pc = cal.pool(pool.name, spec.gamma, spec.method)
+            d = spec.draft_cost if spec.draft_cost is not None else pc.draft_cost
+            m.calibration_parameter.labels(model=model, parameter=f"draft_cost:{pool.name}").set(d)
+            for band, b in BAND_POINTS.items():
+                drafter = law.Drafter(spec.gamma, pc.delta(b), d)
+                exact = law.break_even_alpha(drafter)
+                closed = law.break_even_eps_closed_form(drafter)
+                m.break_even_alpha.labels(model=model, pool=pool.name, load_band=band, form="exact").set(
+                    exact if exact is not None else 1.0)
+                m.break_even_alpha.labels(model=model, pool=pool.name, load_band=band, form="closed_form").set(
+                    1.0 - closed if closed is not None else 1.0)
+
+    # ------------------------------------------------------------ log
+
+    def _log(self, plan: Plan, route: str, status: int, observation: Observation, overhead: float,
+             measured: ObservedStructure | None, tau_obs: float | None, saving_obs: float | None) -> None:
+        record: dict[str, Any] = {
+            "event": "request", "endpoint": plan.endpoint, "model": plan.model or "", "route": route,
+            "decided": plan.decision.route, "explored": plan.explored, "class": plan.request_class,
+            "status": status, "stream": plan.body.get("stream") is True,
+            "w_s_predicted": round(plan.estimate.w_s, 4),
+            "predicted_saving": round(plan.decision.predicted_saving, 4),
+            "failovers": observation.failovers,
+            "duration_ms": round((time.perf_counter() - observation.started) * 1000, 2),
+            "overhead_ms": round(overhead * 1000, 3),
+            "reasons": list(plan.decision.reasons),
+        }
+        if measured is not None:
+            record["w_s_observed"] = round(measured.w_s, 4)
+            record["completion_tokens"] = measured.total_tokens
+        if tau_obs is not None:
+            record["tau_observed"] = round(tau_obs, 3)
+            record["saving_observed"] = round(saving_obs or 0.0, 4)
+        log.info("request", extra={"fields": record})

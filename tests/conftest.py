@@ -22,15 +22,15 @@ FAST = 0.02  # wall seconds per simulated second: a 17 ms decode step takes 0.34
 def emulator(seed: int, speculative: bool, *, k: int = 8, time_scale: float = FAST, profile_seed: int | None = None,
              **overrides: Any) -> ServerThread:
     profile = EngineProfile.random(profile_seed) if profile_seed is not None else EngineProfile()
-    config = EmulatorConfig(
-        profile=profile,
-        spec=SpecConfig("draft_model", k, draft_model="Qwen/Qwen3-4B") if speculative else None,
-        per_request_metrics="summary" if speculative else "none",
-        force_include_usage=True,
-        seed=seed,
-        time_scale=time_scale,
-        **overrides,
-    )
+    fields: dict[str, Any] = {
+        "profile": profile,
+        "spec": SpecConfig("draft_model", k, draft_model="Qwen/Qwen3-4B") if speculative else None,
+        "per_request_metrics": "summary" if speculative else "none",
+        "force_include_usage": True,
+        "seed": seed,
+        "time_scale": time_scale,
+    }
+    config = EmulatorConfig(**{**fields, **overrides})
     return ServerThread(create_app(config))
 
 

@@ -42,7 +42,8 @@ def metric_value(text: str, name: str, **labels: str) -> float:
 
 def proxy_settings(on_url: str, off_url: str, **overrides: Any):  # type: ignore[no-untyped-def]
     spec_pool = {"name": "spec-on", "urls": [on_url], "speculation": {"gamma": 8},
-                 "max_num_seqs": overrides.pop("spec_max_num_seqs", 256)}
+                 "max_num_seqs": overrides.pop("spec_max_num_seqs", 256),
+                 "per_request_metrics": overrides.pop("pools_per_request_metrics", True)}
     settings: dict[str, Any] = {
         "pools": [spec_pool, {"name": "spec-off", "urls": [off_url],
                               "max_num_seqs": overrides.pop("off_max_num_seqs", 256)}],
