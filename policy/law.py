@@ -30,6 +30,8 @@ from typing import Literal
 CLASSES: tuple[str, str, str] = ("s", "r", "f")
 _WEIGHT_TOLERANCE = 1e-6
 _ROOT_TOLERANCE = 1e-13
+# Below this the R:F split is numerical noise (denormals lose the ratio entirely).
+_NEGLIGIBLE_MASS = 1e-12
 
 
 @dataclass(frozen=True)
@@ -315,7 +317,7 @@ def break_even_ws(
     if eps_star is None:
         return BreakEvenWs(None, reason="speculation never pays at this depth (delta + d >= 1)")
     non_schema = mix.r + mix.f
-    if non_schema <= 0.0:
+    if non_schema <= _NEGLIGIBLE_MASS:
         return BreakEvenWs(None, reason="w_R + w_F = 0: the R:F split that w_S* depends on is undefined")
     rho_n = (mix.r * rho.r + mix.f * rho.f) / non_schema
     if rho.s <= rho_n:
@@ -336,7 +338,7 @@ def break_even_ws_spans(taus: Mapping[str, float], drafter: Drafter, mix: ClassM
     root has a closed form: solve ``round_cost * sum_c w_c/(tau_c+1) = 1``.
     """
     non_schema = mix.r + mix.f
-    if non_schema <= 0.0:
+    if non_schema <= _NEGLIGIBLE_MASS:
         return BreakEvenWs(None, reason="w_R + w_F = 0: the R:F split that w_S* depends on is undefined")
     cost_s = 1.0 / (taus["s"] + 1.0)
     cost_n = (mix.r / (taus["r"] + 1.0) + mix.f / (taus["f"] + 1.0)) / non_schema

@@ -315,13 +315,16 @@ class Emulator:
         pumps = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(seqs)]
         sent_tokens = 0
         try:
-            if endpoint == "chat":
-                yield chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                              "finish_reason": None} for i in range(len(seqs))])
             finished = 0
+            announced: set[int] = set()
             while finished < len(seqs):
                 index, kind, start, end = await queue.get()
                 seq, gen = seqs[index], gens[index]
+                if endpoint == "chat" and index not in announced:
+                    # as vLLM does, the role chunk goes out with the first token, not before
+                    announced.add(index)
+                    yield chunk([{"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                                  "finish_reason": None}])
                 if kind == "finish":
                     finished += 1
                     delta_key = "delta" if endpoint == "chat" else "text"

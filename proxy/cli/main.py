@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "explain": ("proxy.cli.explain", "estimate a request's output structure (S/R/F) and why"),
     "emulate": ("lab.emulator.cli", "run an emulated vLLM OpenAI server (no GPU needed)"),
     "serve": ("proxy.cli.serve", "run the draftgate proxy in front of vLLM pools"),
+    "calibrate": ("proxy.cli.calibrate", "run the four-arm protocol and write a calibration file"),
 }
 
 

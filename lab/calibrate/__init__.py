@@ -1,0 +1,1 @@
+"""The four-arm calibration protocol: run, fit, report."""

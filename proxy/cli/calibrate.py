@@ -1,0 +1,104 @@
+"""``draftgate calibrate``: the four-arm protocol against real (or emulated) pools."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from proxy.cli.errors import CliError
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError("values must be integers >= 1")
+    return values
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--spec-on", action="append", required=True, metavar="URL",
+                        help="a speculation pool; repeat for several depths (matched to --gammas in order)")
+    parser.add_argument("--spec-off", required=True, metavar="URL", help="the plain pool")
+    parser.add_argument("--gammas", type=_ints, default=[8], help="depth of each --spec-on pool (default 8)")
+    parser.add_argument("--model", default="Qwen/Qwen3-32B")
+    parser.add_argument("--concurrency", type=_ints, default=[1, 8])
+    parser.add_argument("--arms", default="A,B,C,D", help="arms to run (A prose, B tools, C reasoning, D agent)")
+    parser.add_argument("--workload", action="append", default=[], metavar="ARM=FILE.jsonl",
+                        help="replace an arm's requests with your own chat requests (JSONL)")
+    parser.add_argument("--requests", type=int, default=16, help="requests per arm and run")
+    parser.add_argument("--temperatures", default="greedy,default",
+                        help="greedy (temperature 0) and/or default (the pool's own)")
+    parser.add_argument("--default-temperature", type=float, default=0.6,
+                        help="the temperature the pools apply by default (Qwen3: 0.6)")
+    parser.add_argument("--dynamic-k", metavar="URL", help="a pool with num_speculative_tokens_per_batch_size")
+    parser.add_argument("--out", default="calibration.yaml")
+    parser.add_argument("--report", help="write the falsification report (Markdown with figures)")
+    parser.add_argument("--state", help="resumable state file (default: OUT.state.jsonl)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    import httpx
+
+    from lab.calibrate import protocol
+    from lab.calibrate.runner import BackendError, check_backend
+    from policy.calibration import save_calibration
+
+    if len(args.gammas) != len(args.spec_on):
+        raise CliError(f"{len(args.spec_on)} --spec-on pool(s) but {len(args.gammas)} depth(s) in --gammas")
+    arms = [a.strip().upper() for a in args.arms.split(",") if a.strip()]
+    if not arms or any(a not in protocol.ARM_NAMES for a in arms):
+        raise CliError(f"--arms takes letters from A, B, C, D; got {args.arms!r}")
+    regimes = [r.strip() for r in args.temperatures.split(",") if r.strip()]
+    if not regimes or any(r not in ("greedy", "default") for r in regimes):
+        raise CliError("--temperatures takes greedy and/or default")
+    if args.requests < 2:
+        raise CliError("--requests must be at least 2")
+    sources = {}
+    for item in args.workload:
+        arm, _, file = item.partition("=")
+        if arm.upper() not in protocol.ARM_NAMES or not file:
+            raise CliError(f"--workload takes ARM=FILE.jsonl, got {item!r}")
+        sources[arm.upper()] = Path(file)
+    try:
+        workloads = {a: protocol.load_arm(a, sources.get(a)) for a in arms}
+    except (OSError, ValueError) as exc:
+        raise CliError(f"cannot read a workload: {exc}") from None
+    spec = [protocol.Pool(f"spec-{g}" if len(args.spec_on) > 1 else "spec-on", url.rstrip("/"), g)
+            for url, g in zip(args.spec_on, args.gammas)]
+    off = protocol.Pool("spec-off", args.spec_off.rstrip("/"), 0)
+    dynamic = protocol.Pool("dynamic-k", args.dynamic_k.rstrip("/"), max(args.gammas)) if args.dynamic_k else None
+
+    async def check() -> None:
+        async with httpx.AsyncClient() as client:
+            for pool in [*spec, off, *([dynamic] if dynamic else [])]:
+                await check_backend(client, pool.url, args.model)
+
+    try:
+        asyncio.run(check())
+    except BackendError as exc:
+        raise CliError(str(exc)) from None
+    plan = protocol.Plan(args.model, spec, off, arms, sorted(set(args.concurrency)), regimes, args.requests,
+                         dynamic, workloads)
+    state_path = Path(args.state or f"{args.out}.state.jsonl")
+    try:
+        state = protocol.execute(plan, state_path, protocol.progress_bar)
+    except BackendError as exc:
+        raise CliError(f"{exc} (completed runs are kept in {state_path}; rerun to resume)") from None
+    except httpx.HTTPError as exc:
+        raise CliError(f"a backend failed during calibration: {type(exc).__name__} "
+                       f"(completed runs are kept in {state_path}; rerun to resume)") from None
+    fitted = protocol.fit(plan, state, args.default_temperature)
+    save_calibration(fitted.calibration, args.out)
+    print(f"calibration written to {args.out} (kappa {fitted.calibration.kappa:.3f}; "
+          + ", ".join(f"c_T({b})={v * 1000:.2f} ms" for b, v in sorted(fitted.c_t.items())) + ")")
+    if args.report:
+        from lab.calibrate.report import write_report
+
+        write_report(Path(args.report), plan, state, fitted)
+        print(f"report written to {args.report}")
+    return 0

@@ -1,0 +1,130 @@
+"""Calibration against emulated pools with known settings, over random profiles."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from lab.calibrate import protocol
+from lab.calibrate.report import verdicts, write_report
+from lab.emulator.faults import Faults
+from lab.emulator.profile import EngineProfile
+from lab.servers import ServerThread
+from lab.workloads.agent import mixed_requests
+from policy.calibration import load_calibration, save_calibration
+from policy.gate import PoolView, predicted_taus
+from proxy.app import create_app
+from proxy.config import load_settings
+from tests.conftest import emulator
+
+SCALE = 0.2  # slow enough that timing is measurable on a shared machine
+MODEL = "Qwen/Qwen3-32B"
+
+
+def small_plan(on_url: str, off_url: str, arms: list[str], requests: int = 6) -> protocol.Plan:
+    return protocol.Plan(MODEL, [protocol.Pool("spec-on", on_url, 8)], protocol.Pool("spec-off", off_url, 0), arms,
+                         [1, 4], ["greedy"], requests, None, {a: protocol.load_arm(a) for a in arms})
+
+
+@pytest.mark.parametrize("profile_seed", [101, 202])
+def test_calibration_recovers_the_emulators_parameters(profile_seed: int, tmp_path: Path) -> None:
+    with emulator(profile_seed, True, profile_seed=profile_seed, time_scale=SCALE) as on, \
+            emulator(profile_seed, False, profile_seed=profile_seed, time_scale=SCALE) as off:
+        plan = small_plan(on.url, off.url, ["A", "B", "D"], requests=12)
+        state = protocol.execute(plan, tmp_path / "state.jsonl")
+        fit = protocol.fit(plan, state, 0.6)
+        truth = EngineProfile.random(profile_seed)
+        for b in (1, 4):
+            assert fit.c_t[b] == pytest.approx(truth.target_pass_seconds(b) * SCALE, rel=0.10), b
+            assert fit.overhead[b] == pytest.approx(truth.delta(b) + truth.draft_cost, rel=0.10), b
+        assert fit.calibration.prefill_seconds_per_token == pytest.approx(
+            truth.prefill_seconds_per_token * SCALE, rel=0.25)
+
+        # predicted tau per class against fresh traffic on the speculation pool
+        save_calibration(fit.calibration, tmp_path / "cal.yaml")
+        cal = load_calibration(tmp_path / "cal.yaml")
+        predicted = predicted_taus(cal, PoolView("spec-on", "draft_model", gamma=8), 0.0)
+        fresh = protocol.Plan(MODEL, plan.spec, plan.off, ["A", "B"], [4], ["greedy"], 16, None,
+                              {"A": protocol.load_arm("A")[20:], "B": protocol.load_arm("B")[20:]})
+        fresh_state = protocol.execute(fresh, tmp_path / "fresh.jsonl")
+        measured = protocol.fit(fresh, fresh_state, 0.6).tau["spec-on"]
+        for c in ("s", "f"):
+            assert predicted[c] == pytest.approx(measured[c], rel=0.15), c
+
+
+def test_the_gate_with_the_file_is_no_worse_than_always_on_or_off(tmp_path: Path) -> None:
+    seed = 303
+    with emulator(seed, True, profile_seed=seed, time_scale=SCALE) as on, \
+            emulator(seed, False, profile_seed=seed, time_scale=SCALE) as off:
+        plan = small_plan(on.url, off.url, ["A", "B", "C"], requests=5)
+        fit = protocol.fit(plan, protocol.execute(plan, tmp_path / "state.jsonl"), 0.6)
+        save_calibration(fit.calibration, tmp_path / "cal.yaml")
+    costs = {}
+    for mode in ("auto", "always_on", "always_off"):
+        with emulator(seed, True, profile_seed=seed, time_scale=0.02) as on, \
+                emulator(seed, False, profile_seed=seed, time_scale=0.02) as off:
+            settings = load_settings(None, pools=[
+                {"name": "spec-on", "urls": [on.url], "speculation": {"gamma": 8}},
+                {"name": "spec-off", "urls": [off.url]}], calibration_file=str(tmp_path / "cal.yaml"),
+                default_policy={"mode": mode}, exploration_share=0.0, log_requests=False)
+            with ServerThread(create_app(settings)) as proxy:
+                import random
+
+                tokens = 0
+                requests = mixed_requests(random.Random(5))
+                for _ in range(30):
+                    _, body = next(requests)
+                    r = httpx.post(f"{proxy.url}/v1/chat/completions", json=body, timeout=60)
+                    assert r.status_code == 200
+                    tokens += r.json()["usage"]["completion_tokens"]
+            busy = sum(httpx.get(f"{u}/debug/ground-truth").json()["busy_seconds"] for u in (on.url, off.url))
+            costs[mode] = busy / tokens
+    assert costs["auto"] <= min(costs["always_on"], costs["always_off"]) * 1.02, costs
+
+
+def test_r4_catches_an_injected_mismatch_and_the_report_renders(tmp_path: Path) -> None:
+    with emulator(404, True, faults=Faults(mismatch_rate=1.0), time_scale=0.05) as on, \
+            emulator(404, False, time_scale=0.05) as off:
+        plan = small_plan(on.url, off.url, ["B"], requests=5)
+        plan.concurrency = [2]
+        state = protocol.execute(plan, tmp_path / "state.jsonl")
+        fit = protocol.fit(plan, state, 0.6)
+        r4 = next(v for v in verdicts(plan, state, fit) if v.name.startswith("R4"))
+        assert r4.status == "rejects" and "100.0%" in r4.evidence
+        report = tmp_path / "report.md"
+        write_report(report, plan, state, fit)
+        text = report.read_text()
+        assert "## Verdicts" in text and "cannot be evaluated" in text  # R3 without arm D says why
+        assert (tmp_path / "report-tau.png").stat().st_size > 5000
+        assert (tmp_path / "report-saving.png").stat().st_size > 5000
+
+
+def test_resumes_after_interruption(tmp_path: Path) -> None:
+    with emulator(505, True, time_scale=0.02) as on, emulator(505, False, time_scale=0.02) as off:
+        plan = small_plan(on.url, off.url, ["A"], requests=3)
+        state_path = tmp_path / "state.jsonl"
+        protocol.execute(plan, state_path)
+        lines = state_path.read_text().splitlines()
+        state_path.write_text("\n".join(lines[:-2]) + "\n")  # as if stopped two runs early
+        seen: list[str] = []
+        protocol.execute(plan, state_path, lambda i, n, label: seen.append(label))
+        assert len(state_path.read_text().splitlines()) == len(lines)
+        before = httpx.get(f"{on.url}/metrics").text
+        protocol.execute(plan, state_path)  # complete: nothing runs again
+        assert httpx.get(f"{on.url}/metrics").text.count("\n") == before.count("\n")
+
+
+def test_cli_errors_are_one_line(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "proxy.cli.main", "calibrate", "--spec-on", "http://127.0.0.1:9",
+           "--spec-off", "http://127.0.0.1:9", "--out", str(tmp_path / "c.yaml")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "unreachable" in proc.stderr and "Traceback" not in proc.stderr
+    with emulator(606, True) as on, emulator(606, False) as off:
+        cmd = [sys.executable, "-m", "proxy.cli.main", "calibrate", "--spec-on", on.url, "--spec-off", off.url,
+               "--model", "other/model", "--out", str(tmp_path / "c.yaml")]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and "not other/model" in proc.stderr
