@@ -19,5 +19,15 @@ install: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# Emulated pools, a short calibration, a replay four ways, the verdict (a few minutes).
+demo: $(STAMP)
+	$(BIN)/draftgate demo
+
+# Heavy measurements, not part of `make test`: each prints figures beside a baseline.
+bench: $(STAMP)
+	$(BIN)/python -m lab.bench_estimate
+	$(BIN)/python -m lab.bfcl_accuracy
+	$(BIN)/python -m lab.bench_proxy
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info demo-output

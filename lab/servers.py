@@ -23,18 +23,33 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class ServerStartError(RuntimeError):
+    """A server process that exited or never became healthy."""
+
+
+def _die_with_parent() -> None:
+    """Linux: the child gets SIGTERM if this process dies, so nothing is left behind."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def wait_healthy(url: str, timeout: float = 30.0, process: subprocess.Popen[Any] | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
-            raise RuntimeError(f"server at {url} exited with status {process.returncode}")
+            raise ServerStartError(f"server at {url} exited with status {process.returncode}")
         try:
             if httpx.get(f"{url}/health", timeout=1.0).status_code < 500:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(0.05)
-    raise TimeoutError(f"server at {url} did not become healthy within {timeout}s")
+    raise ServerStartError(f"server at {url} did not become healthy within {timeout}s")
 
 
 class ServerThread:
@@ -75,7 +90,8 @@ class ServerProcess:
 
     def __enter__(self) -> ServerProcess:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self.process = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT, text=True, env=env)
+        self.process = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT, text=True, env=env,
+                                        preexec_fn=_die_with_parent)
         try:
             wait_healthy(self.url, self.health_timeout, self.process)
         except Exception:

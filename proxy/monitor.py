@@ -99,6 +99,7 @@ class Monitor:
             values = parse_vllm_metrics(response.text)
         except (httpx.HTTPError, ValueError):
             return
+        replica.finished_since_scrape = 0
         replica.running = values.get("running", 0.0)
         replica.waiting = values.get("waiting", 0.0)
         replica.kv_usage = values.get("kv_usage", 0.0)

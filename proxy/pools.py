@@ -27,6 +27,17 @@ class Replica:
     failures: int = 0
     next_check: float = 0.0
     counters: dict[str, float] = field(default_factory=dict)
+    # requests this proxy saw finish since the last scrape: the scraped load is that much stale
+    finished_since_scrape: int = 0
+
+    @property
+    def load(self) -> float:
+        """Running requests: the scrape corrected for what finished since, or our own count."""
+        return max(float(self.inflight), self.running - self.finished_since_scrape)
+
+    @property
+    def queued(self) -> float:
+        return max(0.0, self.waiting - max(0, self.finished_since_scrape - self.running))
 
     def mark_failed(self, backoff_cap: float = 30.0) -> None:
         self.failures += 1
@@ -63,9 +74,8 @@ class Pool:
 
     def view(self) -> PoolView:
         healthy = self.healthy_replicas()
-        scraped_running = sum(r.running for r in healthy)
-        scraped_waiting = sum(r.waiting for r in healthy)
-        running = max(scraped_running, float(self.inflight))
+        running = sum(r.load for r in healthy) if healthy else float(self.inflight)
+        scraped_waiting = sum(r.queued for r in healthy)
         spec = self.config.speculation
         return PoolView(
             name=self.name,
@@ -89,9 +99,9 @@ class Pool:
             return None
         if prefer is not None:
             preferred = self.replicas.get(prefer)
-            if preferred in candidates and preferred.waiting <= 0 and preferred.inflight < self.config.max_num_seqs:
+            if preferred in candidates and preferred.queued <= 0 and preferred.inflight < self.config.max_num_seqs:
                 return preferred
-        return min(candidates, key=lambda r: (max(r.running, r.inflight) + r.waiting, r.inflight))
+        return min(candidates, key=lambda r: (r.load + r.queued, r.inflight))
 
 
 class PoolSet:
@@ -130,6 +140,7 @@ class PoolSet:
 
     async def release(self, replica: Replica) -> None:
         replica.inflight = max(0, replica.inflight - 1)
+        replica.finished_since_scrape += 1
         async with self._freed:
             self._freed.notify_all()
 

@@ -1,0 +1,39 @@
+"""The demo's replay at small scale, over several emulator seeds: the gated cost per
+token is no worse than always on, always off or vLLM's dynamic K, and within 5% of
+the oracle (for requests that ran one at a time, where the oracle is exact)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from lab.demo.run import run_demo
+
+
+def children() -> set[int]:
+    me = os.getpid()
+    out = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == me:
+                    out.add(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 3])
+def test_demo_replay_relations(seed: int, tmp_path: Path) -> None:
+    before = children()
+    outcome = run_demo(seed=seed, scale=0.3, out_dir=tmp_path, calibration_requests=3)
+    cost = outcome.cost_per_token
+    best_fixed = min(cost["always on"], cost["always off"], cost["dynamic K"])
+    assert cost["gated"] <= best_fixed * (1 + 1e-9), cost
+    assert cost["gated"] <= cost["oracle"] * 1.05, cost
+    assert "gated" in outcome.table and "oracle" in outcome.table and "burst" in outcome.table
+    assert outcome.figure is not None and outcome.figure.read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "calibration.yaml").exists()
+    assert children() <= before  # every server the demo started is gone
