@@ -353,3 +353,13 @@ def test_bfcl_sample_estimates_are_schema_heavy_for_relevant_calls() -> None:
     irrelevant = [estimate(r["request"]).p_tool_call for r in rows if not r["ground_truth"]]
     assert sum(p >= 0.5 for p in relevant) / len(relevant) > 0.9
     assert sum(p < 0.5 for p in irrelevant) / len(irrelevant) > 0.5
+
+
+def test_which_settings_block_speculation_follows_the_pinned_vllm() -> None:
+    modern = StructurePriors(speculation_blocked_by=())
+    for extra in ({"frequency_penalty": 0.5}, {"min_p": 0.1}, {"logprobs": True}):
+        assert estimate(body(**extra)).speculation_unsupported, extra
+        assert not estimate(body(**extra), priors=modern).speculation_unsupported, extra
+    only_min_p = StructurePriors(speculation_blocked_by=("min_p",))
+    assert estimate(body(min_p=0.2), priors=only_min_p).speculation_unsupported
+    assert not estimate(body(presence_penalty=1.0), priors=only_min_p).speculation_unsupported

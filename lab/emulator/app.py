@@ -230,7 +230,8 @@ class Emulator:
             seed = body.get("seed")
             digest ^= seed if isinstance(seed, int) and not isinstance(seed, bool) else self.rng.getrandbits(64)
         cap = body.get("max_completion_tokens") or body.get("max_tokens")
-        speculate = self.config.spec is not None and not speculation_blockers(body, self.sampling_defaults, endpoint)
+        speculate = self.config.spec is not None and not speculation_blockers(
+            body, self.sampling_defaults, endpoint, self.config.profile.speculation_blocked_by)
         seqs, gens = [], []
         for index in range(body.get("n", 1)):
             gen = generate(body, self.config.profile, random.Random(digest if temperature <= 1e-5 else digest + index),

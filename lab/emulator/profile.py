@@ -71,6 +71,10 @@ class EngineProfile(BaseModel):
     auto_call_probability: float = Field(0.8, ge=0.0, le=1.0)
     auto_call_probability_after_tool: float = Field(0.4, ge=0.0, le=1.0)
     thinking_by_default: bool = False
+    speculation_blocked_by: list[str] = Field(
+        default_factory=lambda: ["penalties", "min_p", "logprobs"],
+        description="sampling settings run without speculation (older V1 engines); [] as in vLLM 0.33",
+    )
     generation_defaults: dict[str, float] = Field(
         default_factory=lambda: {"temperature": 0.6, "top_p": 0.95, "top_k": 20}
     )

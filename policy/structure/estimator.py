@@ -130,7 +130,7 @@ def estimate(
     n = n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else 1
     if n > 1:
         draft.note(f"n={n}: per-request speculation metrics are unavailable; plain pool preferred")
-    blockers = speculation_blockers(body, defaults, endpoint)
+    blockers = speculation_blockers(body, defaults, endpoint, priors.speculation_blocked_by)
     for blocker in blockers:
         draft.note(f"{blocker}: vLLM will not speculate on this request")
     tokens = _apply_cap(body, draft)

@@ -8,6 +8,8 @@ what each request shape actually produced.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -45,6 +47,11 @@ class StructurePriors(BaseModel):
     # Model behaviour.
     thinking_by_default: bool = Field(
         False, description="the model thinks unless told not to (Qwen3's template does; set true for it)"
+    )
+    speculation_blocked_by: tuple[Literal["penalties", "min_p", "logprobs"], ...] = Field(
+        ("penalties", "min_p", "logprobs"),
+        description="sampling settings the pools' vLLM runs without speculation: V1 up to about 0.11 "
+        "(is_spec_decode_unsupported); 0.33 applies penalties and logprobs in its rejection sampler: set []",
     )
     legacy_guided_fields_honoured: bool = Field(
         False, description="the pool runs vLLM < 0.12, which still honours guided_* fields"

@@ -9,11 +9,13 @@ speculation even on a speculation pool; for those the gate predicts zero saving.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 _EPS = 1e-5
+LEGACY_BLOCKERS = ("penalties", "min_p", "logprobs")
 
 
 class SamplingDefaults(BaseModel):
@@ -41,25 +43,30 @@ def effective(body: dict[str, Any], name: str, defaults: SamplingDefaults) -> tu
     return float(getattr(defaults, name)), True
 
 
-def speculation_blockers(body: dict[str, Any], defaults: SamplingDefaults, endpoint: str) -> list[str]:
-    """Settings with which vLLM runs the request without speculation.
+def speculation_blockers(body: dict[str, Any], defaults: SamplingDefaults, endpoint: str,
+                         blocked_by: Collection[str] = LEGACY_BLOCKERS) -> list[str]:
+    """Settings with which the pools' vLLM runs the request without speculation.
 
-    Mirrors ``is_spec_decode_unsupported`` in vllm/v1/spec_decode/utils.py of the
-    supported vLLM line: penalties, ``min_p`` and logprobs.
+    ``blocked_by`` names which kinds apply: V1 engines up to about 0.11 refuse
+    penalties, ``min_p`` and logprobs (``is_spec_decode_unsupported``); the pinned
+    0.33 handles all of them in its rejection sampler, so it blocks none.
     """
     blockers = []
-    for name, neutral in (("frequency_penalty", 0.0), ("presence_penalty", 0.0), ("repetition_penalty", 1.0)):
-        value, from_default = effective(body, name, defaults)
-        if abs(value - neutral) > _EPS:
-            source = " (pool default)" if from_default else ""
-            blockers.append(f"{name}={value:g}{source}")
-    min_p, from_default = effective(body, "min_p", defaults)
-    if min_p > _EPS:
-        blockers.append(f"min_p={min_p:g}" + (" (pool default)" if from_default else ""))
-    logprobs = body.get("logprobs")
-    if endpoint == "completions":
-        if isinstance(logprobs, int) and not isinstance(logprobs, bool):
+    if "penalties" in blocked_by:
+        for name, neutral in (("frequency_penalty", 0.0), ("presence_penalty", 0.0), ("repetition_penalty", 1.0)):
+            value, from_default = effective(body, name, defaults)
+            if abs(value - neutral) > _EPS:
+                source = " (pool default)" if from_default else ""
+                blockers.append(f"{name}={value:g}{source}")
+    if "min_p" in blocked_by:
+        min_p, from_default = effective(body, "min_p", defaults)
+        if min_p > _EPS:
+            blockers.append(f"min_p={min_p:g}" + (" (pool default)" if from_default else ""))
+    if "logprobs" in blocked_by:
+        logprobs = body.get("logprobs")
+        if endpoint == "completions":
+            if isinstance(logprobs, int) and not isinstance(logprobs, bool):
+                blockers.append("logprobs requested")
+        elif logprobs is True or body.get("top_logprobs") not in (None, 0, False):
             blockers.append("logprobs requested")
-    elif logprobs is True or body.get("top_logprobs") not in (None, 0, False):
-        blockers.append("logprobs requested")
     return blockers
