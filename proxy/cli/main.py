@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "emulate": ("lab.emulator.cli", "run an emulated vLLM OpenAI server (no GPU needed)"),
     "serve": ("proxy.cli.serve", "run the draftgate proxy in front of vLLM pools"),
     "calibrate": ("proxy.cli.calibrate", "run the four-arm protocol and write a calibration file"),
+    "pools": ("proxy.cli.pools", "print (or --run) the two vllm serve command lines"),
     "demo": ("proxy.cli.demo", "emulated pools, calibration, a replay: what draftgate is worth"),
 }
 

@@ -1,0 +1,24 @@
+# draftgate: the proxy (and, for laptops, the vLLM emulator) in one small image.
+FROM python:3.11-slim AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY policy policy
+COPY proxy proxy
+COPY lab lab
+RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+
+FROM python:3.11-slim
+RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin draftgate
+COPY --from=build /wheels /wheels
+RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+USER 10001
+WORKDIR /home/draftgate
+# Inside a container the proxy must listen on every interface; the port is the Service's.
+ENV DRAFTGATE_HOST=0.0.0.0 \
+    DRAFTGATE_PORT=8000 \
+    PYTHONUNBUFFERED=1
+EXPOSE 8000
+HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=2)"]
+ENTRYPOINT ["draftgate", "serve"]
+CMD ["--config", "/etc/draftgate/draftgate.yaml"]
