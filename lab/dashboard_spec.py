@@ -106,9 +106,12 @@ def dashboard() -> dict[str, Any]:
     }
 
 
-PATH = Path(__file__).parents[1] / "deploy" / "grafana" / "dashboards" / "draftgate.json"
+ROOT = Path(__file__).parents[1]
+# the compose stack mounts the first; the Helm chart ships the second (a chart cannot reach outside itself)
+PATHS = (ROOT / "deploy" / "grafana" / "dashboards" / "draftgate.json", ROOT / "helm" / "draftgate" / "dashboards" / "draftgate.json")
 
 
 if __name__ == "__main__":
-    PATH.write_text(json.dumps(dashboard(), indent=2) + "\n")
-    print(f"wrote {PATH}")
+    for path in PATHS:
+        path.write_text(json.dumps(dashboard(), indent=2) + "\n")
+        print(f"wrote {path}")

