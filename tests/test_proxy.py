@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import openai
 import pytest
 
 from tests.proxy_harness import Stack, metric_value, stack

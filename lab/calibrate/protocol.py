@@ -10,7 +10,6 @@ import asyncio
 import json
 import math
 import statistics
-import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.calibrate.runner import Record, run_batch
+from lab.progress import draw
 from policy import fitting, law
 from policy.calibration import Calibration, ClassValues, Curve, PoolCalibration, RhoTable
 
@@ -277,9 +277,4 @@ def predicted_tau(fit_: Fit, gamma: int, w: dict[str, float], rule: str) -> floa
 
 
 def progress_bar(done: int, total: int, label: str) -> None:
-    width = 30
-    filled = int(width * done / max(1, total))
-    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label[:50]:<50}")
-    if done >= total:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
+    draw("", done, total, f"{label[:50]:<50}")

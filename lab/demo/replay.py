@@ -10,7 +10,6 @@ the GPU's busy time.
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any
 import httpx
 
 from lab.demo.workload import Step, extend_history, session_turn
+from lab.progress import draw
 from policy.structure import measure
 
 
@@ -125,9 +125,4 @@ def _burst(step: Step, base_url: str, meter: Meter, name: str) -> list[Result]:
 
 
 def progress_line(name: str, done: int, total: int) -> None:
-    width = 30
-    filled = int(width * done / max(1, total))
-    sys.stderr.write(f"\r  {name:<22} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} requests")
-    if done >= total:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
+    draw(f"  {name:<22} ", done, total, "requests")

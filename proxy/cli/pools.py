@@ -6,7 +6,6 @@ import argparse
 import shlex
 import shutil
 import subprocess
-import sys
 
 from proxy.cli.errors import CliError
 
