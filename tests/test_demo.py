@@ -37,3 +37,34 @@ def test_demo_replay_relations(seed: int, tmp_path: Path) -> None:
     assert outcome.figure is not None and outcome.figure.read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "calibration.yaml").exists()
     assert children() <= before  # every server the demo started is gone
+
+
+def test_ctrl_c_stops_everything(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "proxy.cli.main", "demo", "--scale", "0.1", "--out", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    started: set[int] = set()
+    deadline = time.monotonic() + 120
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "calibrating" in line or time.monotonic() > deadline:
+            break
+    time.sleep(1.0)  # the emulators are up and calibration is running
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == proc.pid:
+                    started.add(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    assert len(started) >= 3
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) in (130, -2, 1)
+    time.sleep(0.5)
+    alive = {pid for pid in started if Path(f"/proc/{pid}").exists()
+             and "Z" not in (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0])}
+    assert not alive

@@ -132,3 +132,42 @@ def test_the_emulated_stack_runs_as_compose_starts_it(tmp_path: Path) -> None:
     finally:
         for process in reversed(processes):
             process.__exit__()
+
+
+def test_pools_run_starts_both_servers_and_waits_for_health(tmp_path: Path) -> None:
+    """`draftgate pools --run` with a stand-in `vllm` that serves the emulator on the given port."""
+    import os
+    import signal
+    import time
+
+    fake = tmp_path / "vllm"
+    fake.write_text(f"""#!{sys.executable}
+import sys
+args = sys.argv[1:]
+port = args[args.index("--port") + 1]
+spec = args[args.index("--speculative-config") + 1] if "--speculative-config" in args else None
+argv = ["emulate", "--port", port, "--time-scale", "0.02"] + (["--speculative-config", spec] if spec else [])
+sys.argv = ["draftgate", *argv]
+from proxy.cli.main import main
+raise SystemExit(main(argv))
+""")
+    fake.chmod(0o755)
+    env = dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}", PYTHONPATH=str(ROOT))
+    spec_port, plain_port = free_port(), free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "proxy.cli.main", "pools", "--run", "--timeout", "60",
+                             "--spec-port", str(spec_port), "--plain-port", str(plain_port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 90
+        line = ""
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if "healthy" in line or not line:
+                break
+        assert "both pools are healthy" in line
+        for port in (spec_port, plain_port):
+            assert httpx.get(f"http://127.0.0.1:{port}/v1/models").json()["data"][0]["emulated"] is True
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)

@@ -375,3 +375,14 @@ def test_emulate_cli_process() -> None:
     bad = subprocess.run([sys.executable, "-m", "proxy.cli.main", "emulate", "--speculative-config", "{bad"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "not valid JSON" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_refuse_connections_fault_stops_accepting() -> None:
+    from lab.servers import ServerProcess
+
+    with ServerProcess(["emulate", "--time-scale", "0.02"]) as server:
+        assert httpx.get(f"{server.url}/health").status_code == 200
+        r = httpx.post(f"{server.url}/debug/faults", json={"refuse_connections": True})
+        assert r.status_code == 200
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"{server.url}/health", timeout=2)

@@ -17,6 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spec-gpus", default="0", help="CUDA_VISIBLE_DEVICES of the speculation pool")
     parser.add_argument("--plain-gpus", default="1", help="CUDA_VISIBLE_DEVICES of the plain pool")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.90)
+    parser.add_argument("--spec-port", type=int, default=8001)
+    parser.add_argument("--plain-port", type=int, default=8002)
     parser.add_argument("--run", action="store_true", help="start both servers and wait until they are healthy")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds to wait for health with --run")
 
@@ -28,7 +30,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         settings = LaunchSettings(target=args.target, draft=args.draft, depth=args.depth, spec_gpus=args.spec_gpus,
-                                  plain_gpus=args.plain_gpus, gpu_memory_utilization=args.gpu_memory_utilization)
+                                  plain_gpus=args.plain_gpus, gpu_memory_utilization=args.gpu_memory_utilization,
+                                  spec_port=args.spec_port, plain_port=args.plain_port)
     except ValidationError as exc:
         error = exc.errors()[0]
         raise CliError(f"{'.'.join(map(str, error['loc']))}: {error['msg']}") from None
