@@ -47,13 +47,11 @@ class Proxy:
     def __init__(self, settings: ProxySettings, reload_settings: Callable[[], ProxySettings] | None = None) -> None:
         self.gk = Gatekeeper(settings)
         self.reload_settings = reload_settings
-        # httpcore scans its whole pool per request: keep the pool modest so an overload cannot snowball
-        self.upstream = UpstreamClient()  # the hot path
+        self.upstream = UpstreamClient()  # the hot path (see proxy/upstream.py for why not httpx)
         self.client = httpx.AsyncClient(timeout=10.0)  # health checks, scrapes, model lists
-        self.monitor = Monitor(self.gk.pools, self.client, settings.health_interval, settings.scrape_interval,
-                               on_scrape=None)
         self.recorder = Recorder(self.gk)
-        self.monitor.on_scrape = self.recorder.on_scrape
+        self.monitor = Monitor(self.gk.pools, self.client, settings.health_interval, settings.scrape_interval,
+                               on_scrape=self.recorder.on_scrape)
         self.known_models: set[str] = set()
         self.models_checked = 0.0
         self.warn_about_attribution(settings)

@@ -11,7 +11,7 @@ from typing import Any
 
 from policy.calibration import Calibration, CalibrationError, load_calibration
 from policy.gate import Affinity, Decision, GatePolicy, decide
-from policy.structure import StructureEstimate, StructureLearner, estimate, shape_key
+from policy.structure import SamplingDefaults, StructureEstimate, StructureLearner, estimate, shape_key
 from proxy.affinity import AffinityTable, Match
 from proxy.budget import RetryBudget
 from proxy.config import ConfigError, ProxySettings
@@ -107,7 +107,7 @@ class Gatekeeper:
         self.pools.queue_depth = settings.queue_depth_per_replica
         self.budget.ratio, self.budget.floor = settings.retry_budget_ratio, settings.retry_budget_floor
 
-    def sampling_defaults(self):  # type: ignore[no-untyped-def]
+    def sampling_defaults(self) -> SamplingDefaults:
         """The target model's generation defaults, as the pools declare them."""
         pools = list(self.pools)
         chosen = next((p for p in pools if p.speculative), pools[0])

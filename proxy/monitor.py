@@ -6,6 +6,7 @@ import asyncio
 import logging
 import socket
 import time
+from collections.abc import Callable
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -44,7 +45,7 @@ def parse_vllm_metrics(text: str) -> dict[str, float]:
 
 class Monitor:
     def __init__(self, pools: PoolSet, client: httpx.AsyncClient, health_interval: float, scrape_interval: float,
-                 on_scrape=None) -> None:  # type: ignore[no-untyped-def]
+                 on_scrape: Callable[[Pool, Replica, dict[str, float]], None] | None = None) -> None:
         self.pools = pools
         self.client = client
         self.health_interval = health_interval
