@@ -48,6 +48,8 @@ def proxy_settings(on_url: str, off_url: str, **overrides: Any):  # type: ignore
         "pools": [spec_pool, {"name": "spec-off", "urls": [off_url],
                               "max_num_seqs": overrides.pop("off_max_num_seqs", 256)}],
         "health_interval": 0.2, "scrape_interval": 0.3, "log_requests": False,
+        # routes must be deterministic in tests; tests of exploration turn it on themselves
+        "exploration_share": 0.0,
     }
     settings.update(overrides)
     return load_settings(None, **settings)

@@ -121,6 +121,7 @@ def test_the_emulated_stack_runs_as_compose_starts_it(tmp_path: Path) -> None:
         config = (DEPLOY / "draftgate.yaml").read_text()
         for name, url in urls.items():
             config = config.replace(name, url)
+        config += "exploration_share: 0.0   # the route asserted below must not be an exploration draw\n"
         (tmp_path / "draftgate.yaml").write_text(config)
         proxy = ServerProcess(["serve", "--config", str(tmp_path / "draftgate.yaml")])
         processes.append(proxy.__enter__())
