@@ -6,7 +6,7 @@ platform (a 32B BF16 target with a same-family 4B draft on an H200) and the
 file says whether it holds defaults or measurements. ``draftgate calibrate``
 writes the same model with measured values.
 
-Loading is strict: another schema version, or a value out of range, fails with
+Parsing is strict: another schema version, or a value out of range, fails with
 a message naming the field, because a silently misread calibration routes
 money the wrong way for as long as nobody looks.
 """
@@ -17,7 +17,6 @@ import bisect
 import functools
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, Literal
 
 import yaml
@@ -186,15 +185,13 @@ class CalibrationError(ValueError):
     """A calibration file that cannot be used, with the field that is wrong."""
 
 
-def load_calibration(path: str | Path) -> Calibration:
-    """Read a calibration file, failing with the offending field named."""
+def calibration_from_yaml(text: str, origin: str = "calibration") -> Calibration:
+    """Parse a calibration document, failing with the offending field named."""
     try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except OSError as exc:
-        raise CalibrationError(f"{path}: cannot read calibration file: {exc.strerror}") from None
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise CalibrationError(f"{path}: not valid YAML: {exc}") from None
-    return parse_calibration(raw, origin=str(path))
+        raise CalibrationError(f"{origin}: not valid YAML: {exc}") from None
+    return parse_calibration(raw, origin=origin)
 
 
 def parse_calibration(raw: Any, origin: str = "calibration") -> Calibration:
@@ -215,7 +212,3 @@ def parse_calibration(raw: Any, origin: str = "calibration") -> Calibration:
 
 def dump_calibration(calibration: Calibration) -> str:
     return yaml.safe_dump(calibration.model_dump(mode="json"), sort_keys=False)
-
-
-def save_calibration(calibration: Calibration, path: str | Path) -> None:
-    Path(path).write_text(dump_calibration(calibration))

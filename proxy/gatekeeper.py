@@ -9,11 +9,12 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from policy.calibration import Calibration, CalibrationError, load_calibration
+from policy.calibration import Calibration, CalibrationError
 from policy.gate import Affinity, Decision, GatePolicy, decide
 from policy.structure import SamplingDefaults, StructureEstimate, StructureLearner, estimate, shape_key
 from proxy.affinity import AffinityTable, Match
 from proxy.budget import RetryBudget
+from proxy.calibration_file import load_calibration
 from proxy.config import ConfigError, ProxySettings
 from proxy.metrics import ProxyMetrics
 from proxy.pools import Pool, PoolSet

@@ -15,7 +15,7 @@ from lab.emulator.faults import Faults
 from lab.emulator.profile import EngineProfile
 from lab.servers import ServerThread
 from lab.workloads.agent import mixed_requests
-from policy.calibration import load_calibration, save_calibration
+from proxy.calibration_file import load_calibration, save_calibration
 from policy.gate import PoolView, predicted_taus
 from proxy.app import create_app
 from proxy.config import load_settings

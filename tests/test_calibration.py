@@ -7,14 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from policy.calibration import (
-    Calibration,
-    CalibrationError,
-    Curve,
-    dump_calibration,
-    load_calibration,
-    save_calibration,
-)
+from policy.calibration import Calibration, CalibrationError, Curve, dump_calibration
+from proxy.calibration_file import load_calibration, save_calibration
 
 
 def test_defaults_are_marked_and_usable() -> None:

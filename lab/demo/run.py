@@ -29,7 +29,7 @@ from lab.demo.replay import Meter, Result, progress_line, replay
 from lab.demo.workload import build
 from lab.servers import ServerProcess
 from policy import law
-from policy.calibration import save_calibration
+from proxy.calibration_file import save_calibration
 
 TIME_SCALE = "0.1"
 SPEC_SEQS = 16  # small enough that the burst saturates the speculation pool
@@ -188,7 +188,7 @@ def plot(results: dict[str, list[Result]], cal_path: Path, path: Path) -> Path |
         from lab.plots import plt
     except ImportError:
         return None
-    from policy.calibration import load_calibration
+    from proxy.calibration_file import load_calibration
 
     cal = load_calibration(cal_path)
     pool = cal.pool("spec-on", 8)

@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
 
     from lab.calibrate import protocol
     from lab.calibrate.runner import BackendError, check_backend
-    from policy.calibration import save_calibration
+    from proxy.calibration_file import save_calibration
 
     if len(args.gammas) != len(args.spec_on):
         raise CliError(f"{len(args.spec_on)} --spec-on pool(s) but {len(args.gammas)} depth(s) in --gammas")
