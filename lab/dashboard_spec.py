@@ -75,10 +75,6 @@ PANELS: list[tuple[str, str, list[tuple[str, str]], str]] = [
 ]
 
 
-def expressions() -> list[str]:
-    return [expr for _, _, targets, _ in PANELS for _, expr in targets]
-
-
 def dashboard() -> dict[str, Any]:
     panels = []
     for i, (title, unit, targets, description) in enumerate(PANELS):

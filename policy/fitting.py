@@ -88,13 +88,6 @@ def overhead(c_t: float, rounds: Sequence[tuple[int, float]]) -> float | None:
     return max(0.0, sum(g * (r / c_t - 1.0) for g, r in rounds) / sxx)
 
 
-def slope_through_origin(xs: Sequence[float], ys: Sequence[float]) -> float | None:
-    sxx = sum(x * x for x in xs)
-    if sxx <= 0:
-        return None
-    return max(0.0, sum(x * y for x, y in zip(xs, ys)) / sxx)
-
-
 def slope(xs: Sequence[float], ys: Sequence[float]) -> float | None:
     """Ordinary least-squares slope (with intercept), floored at 0."""
     if len(xs) < 2:

@@ -18,8 +18,6 @@ class RetryBudget:
         self.cap = max(10.0, ratio * 100.0)
         self.balance = min(self.cap, floor_per_second)
         self.last = clock()
-        self.spent = 0
-        self.denied = 0
 
     def _refill(self) -> None:
         now = self.clock()
@@ -34,7 +32,5 @@ class RetryBudget:
         self._refill()
         if self.balance >= 1.0:
             self.balance -= 1.0
-            self.spent += 1
             return True
-        self.denied += 1
         return False

@@ -114,7 +114,6 @@ class GroundTruth:
     drafted: dict[str, int] = field(default_factory=lambda: {"s": 0, "r": 0, "f": 0})
     accepted: dict[str, int] = field(default_factory=lambda: {"s": 0, "r": 0, "f": 0})
     steps: dict[str, int] = field(default_factory=lambda: {"s": 0, "r": 0, "f": 0})
-    step_seconds: list[tuple[int, int, float]] = field(default_factory=list)  # (batch, depth, simulated seconds)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -212,9 +211,6 @@ class Engine:
             seconds = self._prefill_seconds(admitted) + self._decode_seconds(batch, depth, bool(decoding))
             self.simulated_seconds += seconds
             self.busy_seconds += seconds
-            self.truth.step_seconds.append((batch, depth, seconds))
-            if len(self.truth.step_seconds) > 100_000:
-                del self.truth.step_seconds[:50_000]
             deadline = anchor_wall + (self.simulated_seconds - anchor_sim) * self.time_scale
             delay = deadline - loop.time()
             if delay < -_MAX_LAG_SECONDS:

@@ -8,7 +8,6 @@ like a BPE tokenizer closely enough for both.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from typing import Any
 
 _PIECE = re.compile(r" ?[A-Za-z]{1,6}| ?\d{1,3}| ?[^\sA-Za-z\d]|\s+")
@@ -52,6 +51,3 @@ def block_hashes(tokens: list[str], block_size: int) -> list[int]:
         hashes.append(previous)
     return hashes
 
-
-def count(pieces: Iterable[str]) -> int:
-    return sum(1 for _ in pieces)
