@@ -20,6 +20,7 @@ from policy.gate import PoolView, predicted_taus
 from proxy.app import create_app
 from proxy.config import load_settings
 from tests.conftest import emulator
+from tests.proxy_harness import metric_value
 
 SCALE = 0.2  # slow enough that timing is measurable on a shared machine
 MODEL = "Qwen/Qwen3-32B"
@@ -110,13 +111,17 @@ def test_resumes_after_interruption(tmp_path: Path) -> None:
         protocol.execute(plan, state_path)
         lines = state_path.read_text().splitlines()
         state_path.write_text("\n".join(lines[:-2]) + "\n")  # as if stopped two runs early
-        seen: list[str] = []
-        protocol.execute(plan, state_path, lambda i, n, label: seen.append(label))
-        assert len(state_path.read_text().splitlines()) == len(lines)
-        before = httpx.get(f"{on.url}/metrics").text
-        protocol.execute(plan, state_path)  # complete: nothing runs again
-        assert httpx.get(f"{on.url}/metrics").text.count("\n") == before.count("\n")
+        def served() -> float:
+            return sum(metric_value(httpx.get(f"{u}/metrics").text, "vllm:generation_tokens_total")
+                       for u in (on.url, off.url))
 
+        before = served()
+        protocol.execute(plan, state_path)  # resumes: only the two missing runs
+        assert len(state_path.read_text().splitlines()) == len(lines)
+        assert served() > before
+        before = served()
+        protocol.execute(plan, state_path)  # complete: nothing runs again
+        assert served() == before
 
 def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "proxy.cli.main", "calibrate", "--spec-on", "http://127.0.0.1:9",
