@@ -24,6 +24,7 @@ from policy.calibration import Calibration
 from policy.structure.estimator import StructureEstimate
 
 Mode = Literal["auto", "always_on", "always_off"]
+CAUSES = ("unsupported_sampling", "n_gt_1", "mode", "capacity", "hysteresis", "health")  # strongest first
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,9 @@ class Decision:
     break_even_note: str | None
     reasons: tuple[str, ...]
     costs: tuple[PoolCost, ...] = field(default_factory=tuple)
+    # what settled the route, one low-cardinality label: content (the costs alone), or one of
+    # CAUSES, the strongest that applied
+    cause: str = "content"
 
     def cost_of(self, pool: str) -> PoolCost | None:
         return next((c for c in self.costs if c.pool == pool), None)
@@ -157,15 +161,18 @@ def decide(
     if not pools:
         raise ValueError("the gate needs at least one pool")
     reasons: list[str] = []
+    causes: set[str] = set()
     costs = [pool_cost(estimate, p, calibration, policy, affinity) for p in pools]
     by_name = {p.name: p for p in pools}
     candidates = [c for c in costs if c.eligible] or costs
     if len(candidates) < len(costs):
         reasons.append("skipped unhealthy: " + ", ".join(c.pool for c in costs if not c.eligible))
+        causes.add("health")
     with_room = [c for c in candidates if not by_name[c.pool].at_capacity]
     if with_room and len(with_room) < len(candidates):
         reasons.append("at capacity, no marginal traffic: " +
                        ", ".join(c.pool for c in candidates if by_name[c.pool].at_capacity))
+        causes.add("capacity")
         candidates = with_room
     plain = [c for c in candidates if not by_name[c.pool].speculative]
     spec = [c for c in candidates if by_name[c.pool].speculative]
@@ -173,20 +180,24 @@ def decide(
     forced: list[PoolCost] | None = None
     if estimate.speculation_unsupported:
         reasons.append("vLLM will not speculate on this request (" + ", ".join(estimate.speculation_blockers) + ")")
+        causes.add("unsupported_sampling")
         forced = plain or None
     elif estimate.n > 1:
         reasons.append(f"n={estimate.n}: plain pool")
+        causes.add("n_gt_1")
         forced = plain or None
     elif policy.mode == "always_off":
         reasons.append("mode always_off")
+        causes.add("mode")
         forced = plain or None
     elif policy.mode == "always_on":
         reasons.append("mode always_on")
+        causes.add("mode")
         forced = spec or None
     if forced is not None:
         chosen = min(forced, key=lambda c: c.cost_per_token)
     else:
-        chosen = _cheapest(candidates, by_name, policy, previous, reasons)
+        chosen = _cheapest(candidates, by_name, policy, previous, reasons, causes)
     best_spec = max(spec or [c for c in costs if by_name[c.pool].speculative] or [chosen], key=lambda c: c.saving)
     ws_star, ws_note = _break_even(estimate, by_name.get(best_spec.pool), calibration)
     pool = by_name[chosen.pool]
@@ -204,11 +215,12 @@ def decide(
         break_even_note=ws_note,
         reasons=tuple(reasons),
         costs=tuple(costs),
+        cause=next((c for c in CAUSES if c in causes), "content"),
     )
 
 
 def _cheapest(candidates: list[PoolCost], pools: dict[str, PoolView], policy: GatePolicy, previous: str | None,
-              reasons: list[str]) -> PoolCost:
+              reasons: list[str], causes: set[str]) -> PoolCost:
     def adjusted(c: PoolCost) -> float:
         # the margin is charged to speculation: it must cost at least `margin` less than plain
         return c.cost_per_token / (1.0 - policy.margin) if pools[c.pool].speculative else c.cost_per_token
@@ -218,6 +230,7 @@ def _cheapest(candidates: list[PoolCost], pools: dict[str, PoolView], policy: Ga
         incumbent = next((c for c in candidates if c.pool == previous), None)
         if incumbent is not None and adjusted(incumbent) <= adjusted(best) * (1.0 + policy.hysteresis):
             reasons.append(f"hysteresis: staying on {previous}")
+            causes.add("hysteresis")
             return incumbent
     return best
 

@@ -171,12 +171,8 @@ class Gatekeeper:
     @staticmethod
     def decision_reason(plan: Plan) -> str:
         """One low-cardinality label for why the route was chosen."""
-        text = " ".join(plan.decision.reasons)
-        for needle, label in (("will not speculate", "unsupported_sampling"), ("n=", "n_gt_1"),
-                              ("mode always", "mode"), ("at capacity", "capacity"), ("hysteresis", "hysteresis"),
-                              ("unhealthy", "health")):
-            if needle in text:
-                return label
+        if plan.decision.cause != "content":
+            return plan.decision.cause
         if plan.affinity is not None and plan.decision.route == plan.affinity.placement.pool:
             return "affinity"
         return "content"

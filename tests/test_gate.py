@@ -93,3 +93,13 @@ def test_decision_is_always_a_known_pool_and_consistent(share: float, temperatur
     other = d.cost_of("plain" if d.route == "spec" else "spec")
     if d.route == "spec":
         assert chosen.cost_per_token / (1 - share / 2) <= other.cost_per_token + 1e-12
+
+
+def test_the_deciding_cause_is_named() -> None:
+    e = estimate(body(tools=[TOOL], tool_choice="required", temperature=0))
+    assert decide(e, [SPEC, PLAIN], CAL).cause == "content"
+    full = PoolView("spec", "draft_model", gamma=8, running=256, max_num_seqs=256)
+    assert decide(e, [full, PLAIN], CAL).cause == "capacity"
+    assert decide(e, [SPEC, PLAIN], CAL, GatePolicy(mode="always_off")).cause == "mode"
+    blocked = estimate(body(tools=[TOOL], tool_choice="required", temperature=0, min_p=0.1))
+    assert decide(blocked, [full, PLAIN], CAL).cause == "unsupported_sampling"  # the strongest wins
