@@ -20,17 +20,26 @@ from typing import Any
 import httpx
 from fastapi import FastAPI, Request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.background import BackgroundTask
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from proxy.config import ConfigError, ProxySettings
+from proxy.disconnect import ClientGone, cancelled_if_client_leaves
 from proxy.errors import openai_error, stream_error_event
-from proxy.forwarding import NoCapacity, Upstream, UpstreamUnavailable, downstream_headers, send_with_failover
+from proxy.forwarding import (
+    NoCapacity,
+    Upstream,
+    UpstreamUnavailable,
+    downstream_headers,
+    send_with_failover,
+)
 from proxy.gatekeeper import Gatekeeper, Plan
+from proxy.hot_routes import HotRoutes
 from proxy.monitor import Monitor
 from proxy.observe import Observation
 from proxy.recorder import Recorder
 from proxy.relay import client_wants_usage, relay_events
-from proxy.upstream import UpstreamClient, UpstreamError, UpstreamResponse
+from proxy.upstream import UpstreamClient, UpstreamError
 
 log = logging.getLogger("draftgate.proxy")
 
@@ -86,12 +95,23 @@ class Proxy:
             # no model label: a rejected request's model name is whatever the client typed
             self.gk.metrics.requests.labels(model="", route="none", status=str(exc.status)).inc()
             return openai_error(exc.status, str(exc), param=exc.param, code=exc.code)
-        gk = self.gk
-        gk.metrics.decisions.labels(model=plan.model or "", route=plan.decision.route,
-                                    reason=gk.decision_reason(plan)).inc()
+        self.gk.metrics.decisions.labels(model=plan.model or "", route=plan.decision.route,
+                                         reason=self.gk.decision_reason(plan)).inc()
         overhead = time.perf_counter() - started
-        prefer = (plan.affinity.placement.pool, plan.affinity.placement.replica) if plan.affinity else None
         observation = Observation()
+        if body.get("stream") is True:
+            return await self._answer(request, path, raw, plan, observation, overhead)
+        try:
+            async with cancelled_if_client_leaves(request.receive):
+                return await self._answer(request, path, raw, plan, observation, overhead)
+        except ClientGone:
+            return Response(status_code=499)
+
+    async def _answer(self, request: Request, path: str, raw: bytes, plan: Plan, observation: Observation,
+                      overhead: float) -> Response:
+        """Send upstream, failing over as needed, and answer: relayed as a stream, or whole."""
+        gk = self.gk
+        prefer = (plan.affinity.placement.pool, plan.affinity.placement.replica) if plan.affinity else None
         try:
             upstream = await send_with_failover(gk, self.upstream, "POST", _target(request, path), request.headers,
                                                 raw, plan.order, prefer, plan.model)
@@ -102,47 +122,56 @@ class Proxy:
         except UpstreamUnavailable as exc:
             self.recorder.finish(plan, None, observation, exc.status, overhead)
             return openai_error(exc.status, f"no pool could serve the request: {exc}", code="upstream_unavailable")
+        except asyncio.CancelledError:
+            self.recorder.finish(plan, None, observation, 499, overhead)
+            raise
         observation.failovers = upstream.failovers
         headers = {**downstream_headers(upstream.response.headers), **plan.headers(),
                    "x-draftgate-route": upstream.pool.name}
-        if body.get("stream") is True and upstream.response.status_code == 200:
-            strip = not client_wants_usage(body)
+        if plan.body.get("stream") is True and upstream.response.status_code == 200:
+            strip = not client_wants_usage(plan.body)
             return StreamingResponse(self._stream(plan, upstream, observation, strip, overhead),
                                      status_code=200, headers=headers)
-        return await self._whole(request, plan, upstream, observation, headers, overhead)
+        return await self._whole(plan, upstream, observation, headers, overhead)
 
-    async def _whole(self, request: Request, plan: Plan, upstream: Upstream, observation: Observation,
-                     headers: dict[str, str], overhead: float) -> Response:
-        reading = asyncio.ensure_future(_read_all(upstream.response))
-        gone = asyncio.ensure_future(_disconnected(request))
-        status, content = 502, b""
+    async def _whole(self, plan: Plan, upstream: Upstream, observation: Observation, headers: dict[str, str],
+                     overhead: float) -> Response:
+        resumed = time.perf_counter()
+        status = upstream.response.status_code
+        content = b""
         try:
-            await asyncio.wait({reading, gone}, return_when=asyncio.FIRST_COMPLETED)
-            if reading.done():
-                content = reading.result()
-                status = upstream.response.status_code
-            else:
-                reading.cancel()
-                status = 499
+            content = await upstream.response.aread()
         except UpstreamError:
             status = 502
-        finally:
-            gone.cancel()
+        except asyncio.CancelledError:  # the client left, or the server is stopping
             await upstream.response.aclose()
-        post = time.perf_counter()
-        observation.first_byte_at = observation.finished_at = post
+            self._settle(plan, upstream, observation, 499, b"", overhead)
+            raise
+        await upstream.response.aclose()
+        observation.first_byte_at = observation.finished_at = time.perf_counter()
+        if status != upstream.response.status_code:
+            response = openai_error(502, "upstream failed while answering")
+        else:
+            response = Response(content=content, status_code=status, headers=headers)
+        overhead += time.perf_counter() - resumed
+        # What the response taught us is recorded after it has gone to the client:
+        # none of it is the client's latency.
+        response.background = BackgroundTask(self._settle_later, plan, upstream, observation, status, content,
+                                             overhead)
+        return response
+
+    async def _settle_later(self, plan: Plan, upstream: Upstream, observation: Observation, status: int,
+                            content: bytes, overhead: float) -> None:
+        self._settle(plan, upstream, observation, status, content, overhead)
+
+    def _settle(self, plan: Plan, upstream: Upstream, observation: Observation, status: int, content: bytes,
+                overhead: float) -> None:
         if status == 200 and "content-encoding" not in upstream.response.headers:
             observation.feed_bytes(content)
             observation.complete = True
-        if upstream.response.status_code != status:  # our own 499 or 502, not the backend's answer
-            response = (Response(status_code=499) if status == 499 else
-                        openai_error(502, "upstream failed while answering"))
-        else:
-            response = Response(content=content, status_code=status, headers=headers)
         # observe before releasing: attribution windows close only when nothing is in flight
-        self.recorder.finish(plan, upstream, observation, status, overhead + (time.perf_counter() - post))
-        await self.gk.pools.release(upstream.replica)
-        return response
+        self.recorder.finish(plan, upstream, observation, status, overhead)
+        self.gk.pools.release(upstream.replica)
 
     async def _stream(self, plan: Plan, upstream: Upstream, observation: Observation, strip_usage: bool,
                       overhead: float) -> AsyncIterator[bytes]:
@@ -165,7 +194,7 @@ class Proxy:
             if status == 200 and not observation.complete:
                 status = 499
             self.recorder.finish(plan, upstream, observation, status, overhead)
-            await self.gk.pools.release(upstream.replica)
+            self.gk.pools.release(upstream.replica)
 
     # ------------------------------------------------------------ checks
 
@@ -273,7 +302,7 @@ class Proxy:
                     yield chunk
             finally:
                 await upstream.response.aclose()
-                await self.gk.pools.release(upstream.replica)
+                self.gk.pools.release(upstream.replica)
 
         headers = {**downstream_headers(upstream.response.headers), "x-draftgate-route": upstream.pool.name}
         return StreamingResponse(body(), status_code=upstream.response.status_code, headers=headers)
@@ -321,23 +350,12 @@ class Proxy:
         log.info("configuration reloaded")
 
 
-async def _read_all(response: UpstreamResponse) -> bytes:
-    return await response.aread()
-
-
 def _target(request: Request, path: str) -> str:
     query = request.url.query
     return f"{path}?{query}" if query else path
 
 
-async def _disconnected(request: Request) -> None:
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
-def create_app(settings: ProxySettings, reload_settings: Callable[[], ProxySettings] | None = None) -> FastAPI:
+def create_app(settings: ProxySettings, reload_settings: Callable[[], ProxySettings] | None = None) -> HotRoutes:
     proxy = Proxy(settings, reload_settings)
 
     @asynccontextmanager
@@ -356,8 +374,6 @@ def create_app(settings: ProxySettings, reload_settings: Callable[[], ProxySetti
             proxy.upstream.close()
 
     app = FastAPI(title="draftgate", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
-    app.add_api_route("/v1/chat/completions", proxy.chat, methods=["POST"])
-    app.add_api_route("/v1/completions", proxy.completions, methods=["POST"])
     app.add_api_route("/v1/models", proxy.models, methods=["GET"])
     app.add_api_route("/health", proxy.health, methods=["GET"])
     app.add_api_route("/ready", proxy.ready, methods=["GET"])
@@ -372,7 +388,7 @@ def create_app(settings: ProxySettings, reload_settings: Callable[[], ProxySetti
         return openai_error(500, "internal error in draftgate; the request was not forwarded")
 
     app.state.proxy = proxy
-    return app
+    return HotRoutes(app, {"/v1/chat/completions": proxy.chat, "/v1/completions": proxy.completions})
 
 
 def _sighup(proxy: Proxy) -> None:

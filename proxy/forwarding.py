@@ -8,6 +8,7 @@ never past a pool's capacity. Anything else, 4xx included, passes through.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -109,25 +110,28 @@ async def send_with_failover(
             response = await client.origin(replica.url).request(
                 method, target, send_headers, body, gk.settings.connect_timeout, gk.settings.first_byte_timeout)
         except UpstreamConnectError as exc:
-            await gk.pools.release(replica)
+            gk.pools.release(replica)
             replica.mark_failed()
             gk.metrics.upstream_errors.labels(pool=pool.name, kind="connect").inc()
             last_error, last_status, previous = "connect failed", 502, pool
             log.warning("upstream connect failed", extra={"replica": replica.url, "path": str(exc)})
             continue
         except UpstreamTimeout:
-            await gk.pools.release(replica)
+            gk.pools.release(replica)
             gk.metrics.upstream_errors.labels(pool=pool.name, kind="timeout").inc()
             last_error, last_status, previous = "timed out before the first byte", 504, pool
             continue
+        except asyncio.CancelledError:
+            gk.pools.release(replica)
+            raise
         except UpstreamProtocolError:
-            await gk.pools.release(replica)
+            gk.pools.release(replica)
             gk.metrics.upstream_errors.labels(pool=pool.name, kind="protocol").inc()
             last_error, last_status, previous = "connection dropped", 502, pool
             continue
         if response.status_code in RETRYABLE_STATUS:
             await response.aclose()
-            await gk.pools.release(replica)
+            gk.pools.release(replica)
             gk.metrics.upstream_errors.labels(pool=pool.name, kind=f"http_{response.status_code}").inc()
             last_error, last_status, previous = f"upstream answered {response.status_code}", response.status_code, pool
             continue

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.pools import Pool, PoolSet, Replica
 
@@ -31,15 +30,32 @@ SCRAPED = {
 
 
 def parse_vllm_metrics(text: str) -> dict[str, float]:
+    """Sum the samples of the series in SCRAPED; every other line is skipped unread.
+
+    A real vLLM exposition runs to hundreds of kilobytes of histograms, and a
+    full parser (prometheus_client's) spends tens of milliseconds on it, all of
+    them on the event loop that serves requests. Only the few lines named here
+    are looked at. Counters are exposed as ``<name>_total``; ``_created``
+    samples are timestamps, not values.
+    """
     values: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        key = SCRAPED.get(family.name)
+    for line in text.split("\n"):
+        if not line.startswith("vllm:"):
+            continue
+        brace = line.find("{")
+        if brace >= 0:
+            name, rest = line[:brace], line[line.rfind("}") + 1:]
+        else:
+            name, _, rest = line.partition(" ")
+        key = SCRAPED.get(name)
+        if key is None and name.endswith("_total"):
+            key = SCRAPED.get(name[:-6])
         if key is None:
             continue
-        for sample in family.samples:
-            if sample.name.endswith("_created"):
-                continue
-            values[key] = values.get(key, 0.0) + float(sample.value)
+        fields = rest.split()
+        if not fields:
+            raise ValueError(f"metric line without a value: {line[:80]!r}")
+        values[key] = values.get(key, 0.0) + float(fields[0])
     return values
 
 

@@ -105,12 +105,12 @@ class Pool:
 
 
 class PoolSet:
-    """All pools, plus the condition requests wait on when every pool is full."""
+    """All pools, plus the requests waiting for room when every pool is full."""
 
     def __init__(self, configs: list[PoolConfig], queue_depth_per_replica: int) -> None:
         self.pools = {c.name: Pool(c) for c in configs}
         self.queue_depth = queue_depth_per_replica
-        self._freed = asyncio.Condition()
+        self._room_waiters: list[asyncio.Future[None]] = []
 
     def __iter__(self):  # type: ignore[no-untyped-def]
         return iter(self.pools.values())
@@ -124,25 +124,32 @@ class PoolSet:
 
     async def wait_for_room(self, order: list[Pool], timeout: float) -> Pool | None:
         """The first pool in ``order`` with room, waiting up to ``timeout`` for one."""
-        deadline = asyncio.get_running_loop().time() + timeout
-        async with self._freed:
-            while True:
-                for pool in order:
-                    if self.has_room(pool):
-                        return pool
-                remaining = deadline - asyncio.get_running_loop().time()
-                if remaining <= 0:
-                    return None
-                try:
-                    await asyncio.wait_for(self._freed.wait(), remaining)
-                except asyncio.TimeoutError:
-                    return None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            for pool in order:
+                if self.has_room(pool):
+                    return pool
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return None
+            freed: asyncio.Future[None] = loop.create_future()
+            self._room_waiters.append(freed)
+            try:
+                await asyncio.wait_for(freed, remaining)
+            except asyncio.TimeoutError:
+                return None
 
-    async def release(self, replica: Replica) -> None:
+    def release(self, replica: Replica) -> None:
+        """A request left ``replica``: wake whoever waits for room (synchronous, so it
+        can run in any cleanup path, cancellation included)."""
         replica.inflight = max(0, replica.inflight - 1)
         replica.finished_since_scrape += 1
-        async with self._freed:
-            self._freed.notify_all()
+        if self._room_waiters:
+            waiters, self._room_waiters = self._room_waiters, []
+            for freed in waiters:
+                if not freed.done():
+                    freed.set_result(None)
 
     def adopt(self, configs: list[PoolConfig]) -> None:
         """Take a reloaded configuration, keeping the state of replicas that remain."""

@@ -64,10 +64,10 @@ class _Connection(asyncio.Protocol):
 
     def _reset(self) -> None:
         loop = asyncio.get_running_loop()
-        self.headers_ready: asyncio.Future[None] = loop.create_future()
+        self.headers_ready: asyncio.Future[object] = loop.create_future()
         self.header_items: list[tuple[str, str]] = []
         self.chunks: deque[bytes | None | Exception] = deque()
-        self.chunk_ready = asyncio.Event()
+        self.waiter: asyncio.Future[object] | None = None  # set while a reader waits for a chunk
         self.complete = False
         self.received_any = False
         self.paused = False
@@ -101,7 +101,7 @@ class _Connection(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         self.chunks.append(body)
-        self.chunk_ready.set()
+        self._wake()
         if len(self.chunks) > _PAUSE_AT and self.transport is not None and not self.paused:
             self.paused = True
             self.transport.pause_reading()
@@ -109,7 +109,7 @@ class _Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         self.complete = True
         self.chunks.append(None)
-        self.chunk_ready.set()
+        self._wake()
 
     def _fail(self, exc: Exception) -> None:
         if not self.headers_ready.done():
@@ -117,8 +117,13 @@ class _Connection(asyncio.Protocol):
             self.headers_ready.exception()  # retrieved: never "exception was never retrieved"
         else:
             self.chunks.append(exc)
-            self.chunk_ready.set()
+            self._wake()
         self.close()
+
+    def _wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def close(self) -> None:
         self.closed = True
@@ -139,26 +144,45 @@ class UpstreamResponse:
 
     async def aiter_raw(self) -> AsyncIterator[bytes]:
         """The body as it arrives (transfer encoding removed, content encoding kept)."""
-        conn = self._conn
         while True:
-            while not conn.chunks:
-                conn.chunk_ready.clear()
-                try:
-                    await asyncio.wait_for(conn.chunk_ready.wait(), self._read_timeout)
-                except asyncio.TimeoutError:
-                    raise UpstreamTimeout(f"no data for {self._read_timeout}s") from None
-            item = conn.chunks.popleft()
-            if conn.paused and len(conn.chunks) < _PAUSE_AT // 2 and conn.transport is not None:
-                conn.paused = False
-                conn.transport.resume_reading()
-            if item is None:
+            chunk = await self._next_chunk()
+            if chunk is None:
                 return
-            if isinstance(item, Exception):
-                raise item
-            yield item
+            yield chunk
 
     async def aread(self) -> bytes:
+        conn = self._conn
+        if conn.complete and conn.chunks and conn.chunks[-1] is None:
+            # the whole body came with the headers (the usual small answer): no waiting
+            chunks = list(conn.chunks)
+            conn.chunks.clear()
+            if conn.paused and conn.transport is not None:
+                conn.paused = False
+                conn.transport.resume_reading()
+            return b"".join(chunks[:-1])  # type: ignore[arg-type]
         return b"".join([chunk async for chunk in self.aiter_raw()])
+
+    async def _next_chunk(self) -> bytes | None:
+        conn = self._conn
+        if not conn.chunks:
+            # one future and one timer per wait: asyncio.wait_for would start a task each time
+            loop = asyncio.get_running_loop()
+            conn.waiter = waiter = loop.create_future()
+            timer = loop.call_later(self._read_timeout, _expire, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                conn.waiter = None
+            if not conn.chunks:
+                raise UpstreamTimeout(f"no data for {self._read_timeout}s")
+        item = conn.chunks.popleft()
+        if conn.paused and len(conn.chunks) < _PAUSE_AT // 2 and conn.transport is not None:
+            conn.paused = False
+            conn.transport.resume_reading()
+        if isinstance(item, Exception):
+            raise item
+        return item
 
     async def aclose(self) -> None:
         """Return the connection to the pool if the response was read to the end, else drop it."""
@@ -170,6 +194,15 @@ class UpstreamResponse:
             conn.origin.put_back(conn)
         else:
             conn.close()
+
+
+_EXPIRED = object()
+
+
+def _expire(waiter: asyncio.Future[object]) -> None:
+    """A read timer fired: wake the waiter with a marker the reader turns into a timeout."""
+    if not waiter.done():
+        waiter.set_result(_EXPIRED)
 
 
 class Origin:
@@ -227,14 +260,18 @@ class Origin:
     async def _exchange(self, conn: _Connection, payload: bytes, read_timeout: float) -> UpstreamResponse:
         assert conn.transport is not None
         conn.transport.write(payload)
-        try:
-            await asyncio.wait_for(asyncio.shield(conn.headers_ready), read_timeout)
-        except asyncio.TimeoutError:
+        if not conn.headers_ready.done():
+            timer = asyncio.get_running_loop().call_later(read_timeout, _expire, conn.headers_ready)
+            try:
+                await conn.headers_ready
+            except asyncio.CancelledError:
+                conn.close()
+                raise
+            finally:
+                timer.cancel()
+        if not conn.headers_ready.done() or conn.headers_ready.result() is _EXPIRED:
             conn.close()
-            raise UpstreamTimeout(f"no response headers within {read_timeout}s") from None
-        except asyncio.CancelledError:
-            conn.close()
-            raise
+            raise UpstreamTimeout(f"no response headers within {read_timeout}s")
         return UpstreamResponse(conn, read_timeout)
 
     def close(self) -> None:

@@ -273,6 +273,30 @@ def test_sheds_with_503_when_every_pool_is_full() -> None:
         assert st.metric("draftgate_shed_total") == 2
 
 
+def test_client_disconnect_cancels_a_non_streamed_request_quickly() -> None:
+    with stack(8, on_kwargs={"time_scale": 0.2}, off_kwargs={"time_scale": 0.2}) as st:
+        async def run() -> float:
+            body = {"model": MODEL, "messages": USER, "reasoning_effort": "high", "temperature": 0.7}
+            async with httpx.AsyncClient(timeout=httpx.Timeout(30, read=0.5)) as h:
+                try:
+                    await h.post(f"{st.proxy.url}/v1/chat/completions", json=body)
+                    return 98.0  # answered within the read timeout: the test proves nothing
+                except httpx.ReadTimeout:
+                    pass  # the client gives up and closes its connection
+                start = time.perf_counter()
+                while time.perf_counter() - start < 2:
+                    running = 0.0
+                    for backend in (st.on, st.off):
+                        text = (await h.get(f"{backend.url}/metrics")).text
+                        running += metric_value(text, "vllm:num_requests_running")
+                    if running == 0:
+                        return time.perf_counter() - start
+                    await asyncio.sleep(0.01)
+                return 99.0
+        assert asyncio.run(run()) < 0.2
+        assert st.metric("draftgate_requests_total", status="499") == 1
+
+
 def test_client_disconnect_cancels_upstream_quickly() -> None:
     with stack(8, on_kwargs={"time_scale": 0.2}, off_kwargs={"time_scale": 0.2}) as st:
         async def run() -> float:

@@ -1,0 +1,52 @@
+"""Stop working for a client that has gone.
+
+A non-streamed answer can take a long time upstream (a long reasoning answer
+sends no byte before the end), and a client that gave up meanwhile must not
+keep a GPU busy: vLLM aborts a request whose connection closes, so the proxy
+closes its upstream connection as soon as it notices its own client left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from starlette.types import Receive
+
+
+class ClientGone(Exception):
+    """The client disconnected before its answer was ready."""
+
+
+@asynccontextmanager
+async def cancelled_if_client_leaves(receive: Receive) -> AsyncIterator[None]:
+    """Run the body; if the client disconnects meanwhile, cancel it and raise ClientGone.
+
+    The body sees an ordinary cancellation at whatever it was awaiting, so its
+    own cleanup (closing the upstream connection, releasing the replica) runs as
+    for any cancellation. The request body must have been read already.
+    """
+    task = asyncio.current_task()
+    assert task is not None
+    gone = False
+
+    async def watch() -> None:
+        nonlocal gone
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        gone = True
+        task.cancel()
+
+    # The watcher can only run while the body is suspended, and it is cancelled
+    # before the body's result is used: a cancellation it sent always lands inside.
+    watcher = asyncio.ensure_future(watch())
+    try:
+        yield
+    except asyncio.CancelledError:
+        if not gone:
+            raise
+        task.uncancel()
+        raise ClientGone() from None
+    finally:
+        watcher.cancel()
