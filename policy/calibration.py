@@ -15,16 +15,18 @@ from __future__ import annotations
 
 import bisect
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from policy.law import ClassRho
 
 SCHEMA_VERSION = 1
+_MAX_DERIVED = 1024
+T = TypeVar("T")
 
 # Defaults, with where they come from. Each is shown as a default wherever it is used.
 DEFAULT_MODEL = "Qwen/Qwen3-32B"
@@ -100,9 +102,16 @@ class Curve(BaseModel):
             raise ValueError("load and value must be >= 0")
         return points
 
+    # the points split once: the gate evaluates curves on every request
+    _xs: list[float] = PrivateAttr(default_factory=list)
+    _ys: list[float] = PrivateAttr(default_factory=list)
+
+    def model_post_init(self, context: Any) -> None:
+        self._xs = [x for x, _ in self.points]
+        self._ys = [y for _, y in self.points]
+
     def __call__(self, load: float) -> float:
-        xs = [x for x, _ in self.points]
-        ys = [y for _, y in self.points]
+        xs, ys = self._xs, self._ys
         if len(xs) == 1 or load <= xs[0]:
             return ys[0]
         i = bisect.bisect_right(xs, load)
@@ -145,9 +154,25 @@ class Calibration(BaseModel):
     pools: dict[str, PoolCalibration] = Field(default_factory=dict)
     sample_sizes: dict[str, int] = Field(default_factory=dict)
 
+    # Values the gate derives from this calibration on every request (per-class tau
+    # for a pool at a temperature); a calibration never changes, so each is derived once.
+    _derived: dict[Hashable, Any] = PrivateAttr(default_factory=dict)
+
     @property
     def is_default(self) -> bool:
         return self.source == "defaults"
+
+    def derived(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """``compute()``, remembered under ``key`` for this calibration (bounded: keys can
+        carry client-chosen numbers such as a temperature)."""
+        try:
+            return self._derived[key]  # type: ignore[no-any-return]
+        except KeyError:
+            pass
+        if len(self._derived) >= _MAX_DERIVED:
+            self._derived.clear()
+        value = self._derived[key] = compute()
+        return value
 
     def rho_at(self, temperature: float) -> ClassRho:
         """Class predictability at a sampling temperature.

@@ -98,7 +98,15 @@ class Decision:
 
 def predicted_taus(calibration: Calibration, pool: PoolView, temperature: float) -> dict[str, float]:
     """Per-class tau on a pool: measured values at temperature 0 when calibration has
-    them, else the law from kappa and the class predictabilities at this temperature."""
+    them, else the law from kappa and the class predictabilities at this temperature.
+
+    Derived once per calibration, pool and temperature; the result is shared: read it only.
+    """
+    key = ("taus", pool.name, pool.gamma, pool.method, temperature)
+    return calibration.derived(key, lambda: _predicted_taus(calibration, pool, temperature))
+
+
+def _predicted_taus(calibration: Calibration, pool: PoolView, temperature: float) -> dict[str, float]:
     measured = calibration.pool(pool.name, pool.gamma, pool.method).tau_greedy
     if measured is not None and temperature <= 1e-5:
         return {c: min(float(pool.gamma), measured.of(c)) for c in "srf"}
@@ -112,11 +120,12 @@ def pool_cost(
     calibration: Calibration,
     policy: GatePolicy,
     affinity: Affinity | None,
+    mix: law.ClassMix | None = None,
 ) -> PoolCost:
     batch = pool.running + 1.0
     c_t = calibration.target_pass_seconds(batch)
     tokens = max(1.0, estimate.expected_tokens.total)
-    mix = law.ClassMix(estimate.w_s, estimate.w_r, max(0.0, 1.0 - estimate.w_s - estimate.w_r))
+    mix = mix or _mix(estimate)
     taus = {"s": 0.0, "r": 0.0, "f": 0.0}
     saving = 0.0
     if pool.speculative and not estimate.speculation_unsupported:
@@ -162,7 +171,8 @@ def decide(
         raise ValueError("the gate needs at least one pool")
     reasons: list[str] = []
     causes: set[str] = set()
-    costs = [pool_cost(estimate, p, calibration, policy, affinity) for p in pools]
+    mix = _mix(estimate)
+    costs = [pool_cost(estimate, p, calibration, policy, affinity, mix) for p in pools]
     by_name = {p.name: p for p in pools}
     candidates = [c for c in costs if c.eligible] or costs
     if len(candidates) < len(costs):
@@ -199,7 +209,7 @@ def decide(
     else:
         chosen = _cheapest(candidates, by_name, policy, previous, reasons, causes)
     best_spec = max(spec or [c for c in costs if by_name[c.pool].speculative] or [chosen], key=lambda c: c.saving)
-    ws_star, ws_note = _break_even(estimate, by_name.get(best_spec.pool), calibration)
+    ws_star, ws_note = _break_even(estimate, by_name.get(best_spec.pool), best_spec.tau, calibration, mix)
     pool = by_name[chosen.pool]
     if pool.speculative:
         reasons.append(f"speculate on {chosen.pool} (gamma={pool.gamma}): predicted saving {chosen.saving:+.1%}")
@@ -219,6 +229,10 @@ def decide(
     )
 
 
+def _mix(estimate: StructureEstimate) -> law.ClassMix:
+    return law.ClassMix(estimate.w_s, estimate.w_r, max(0.0, 1.0 - estimate.w_s - estimate.w_r))
+
+
 def _cheapest(candidates: list[PoolCost], pools: dict[str, PoolView], policy: GatePolicy, previous: str | None,
               reasons: list[str], causes: set[str]) -> PoolCost:
     def adjusted(c: PoolCost) -> float:
@@ -235,15 +249,15 @@ def _cheapest(candidates: list[PoolCost], pools: dict[str, PoolView], policy: Ga
     return best
 
 
-def _break_even(estimate: StructureEstimate, pool: PoolView | None,
-                calibration: Calibration) -> tuple[float | None, str | None]:
+def _break_even(estimate: StructureEstimate, pool: PoolView | None, taus: dict[str, float],
+                calibration: Calibration, mix: law.ClassMix) -> tuple[float | None, str | None]:
     if pool is None or not pool.speculative:
         return None, "no speculative pool"
     cal = calibration.pool(pool.name, pool.gamma, pool.method)
     d = pool.draft_cost if pool.draft_cost is not None else cal.draft_cost
     drafter = law.Drafter(pool.gamma, cal.delta(pool.running + 1.0), d)
-    taus = predicted_taus(calibration, pool, estimate.temperature)
-    mix = law.ClassMix(estimate.w_s, estimate.w_r, max(0.0, 1.0 - estimate.w_s - estimate.w_r))
+    if estimate.speculation_unsupported:  # its cost carries no taus: the pool would not speculate
+        taus = predicted_taus(calibration, pool, estimate.temperature)
     ws = law.break_even_ws_spans(taus, drafter, mix)
     if ws.value is None or math.isnan(ws.value):
         return None, ws.reason

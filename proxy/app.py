@@ -351,8 +351,8 @@ class Proxy:
 
 
 def _target(request: Request, path: str) -> str:
-    query = request.url.query
-    return f"{path}?{query}" if query else path
+    query = request.scope.get("query_string", b"")  # not request.url: it parses the whole URL
+    return f"{path}?{query.decode('latin-1')}" if query else path
 
 
 def create_app(settings: ProxySettings, reload_settings: Callable[[], ProxySettings] | None = None) -> HotRoutes:

@@ -14,22 +14,29 @@ from contextlib import asynccontextmanager
 
 from starlette.types import Receive
 
+# Most answers are back before this; only requests still waiting pay for a watcher.
+WATCH_AFTER_SECONDS = 0.05
+
 
 class ClientGone(Exception):
     """The client disconnected before its answer was ready."""
 
 
 @asynccontextmanager
-async def cancelled_if_client_leaves(receive: Receive) -> AsyncIterator[None]:
+async def cancelled_if_client_leaves(receive: Receive, after: float = WATCH_AFTER_SECONDS) -> AsyncIterator[None]:
     """Run the body; if the client disconnects meanwhile, cancel it and raise ClientGone.
 
     The body sees an ordinary cancellation at whatever it was awaiting, so its
     own cleanup (closing the upstream connection, releasing the replica) runs as
-    for any cancellation. The request body must have been read already.
+    for any cancellation. Watching starts ``after`` seconds in: a watcher is a
+    task, which costs more than the fast answers most requests get. The request
+    body must have been read already.
     """
     task = asyncio.current_task()
     assert task is not None
+    loop = asyncio.get_running_loop()
     gone = False
+    watcher: asyncio.Task[None] | None = None
 
     async def watch() -> None:
         nonlocal gone
@@ -38,9 +45,13 @@ async def cancelled_if_client_leaves(receive: Receive) -> AsyncIterator[None]:
         gone = True
         task.cancel()
 
-    # The watcher can only run while the body is suspended, and it is cancelled
-    # before the body's result is used: a cancellation it sent always lands inside.
-    watcher = asyncio.ensure_future(watch())
+    def start_watching() -> None:
+        nonlocal watcher
+        watcher = loop.create_task(watch())
+
+    # The watcher runs only while the body is suspended, and is cancelled before the
+    # body's result is used: a cancellation it sends always lands inside the body.
+    timer = loop.call_later(after, start_watching)
     try:
         yield
     except asyncio.CancelledError:
@@ -49,4 +60,6 @@ async def cancelled_if_client_leaves(receive: Receive) -> AsyncIterator[None]:
         task.uncancel()
         raise ClientGone() from None
     finally:
-        watcher.cancel()
+        timer.cancel()
+        if watcher is not None:
+            watcher.cancel()

@@ -74,6 +74,7 @@ class Pool:
 
     def view(self) -> PoolView:
         healthy = self.healthy_replicas()
+        capacity = max(1, len(healthy)) * self.config.max_num_seqs
         running = sum(r.load for r in healthy) if healthy else float(self.inflight)
         scraped_waiting = sum(r.queued for r in healthy)
         spec = self.config.speculation
@@ -83,9 +84,9 @@ class Pool:
             gamma=spec.gamma if spec else 0,
             draft_cost=spec.draft_cost if spec else None,
             healthy=bool(healthy),
-            running=min(running, float(self.capacity())),
-            waiting=scraped_waiting + max(0.0, running - self.capacity()),
-            max_num_seqs=self.capacity(),
+            running=min(running, float(capacity)),
+            waiting=scraped_waiting + max(0.0, running - capacity),
+            max_num_seqs=capacity,
             draft_prefill_ratio=spec.draft_prefill_ratio if spec and spec.method == "draft_model" else 0.0,
         )
 

@@ -71,7 +71,7 @@ class _Connection(asyncio.Protocol):
         self.complete = False
         self.received_any = False
         self.paused = False
-        self._name = b""
+        self.keep_alive = False
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -96,6 +96,8 @@ class _Connection(asyncio.Protocol):
         self.header_items.append((name.decode("latin-1"), value.decode("latin-1")))
 
     def on_headers_complete(self) -> None:
+        # read it now: once the message is complete the parser has reset and says False
+        self.keep_alive = self.parser.should_keep_alive()
         if not self.headers_ready.done():
             self.headers_ready.set_result(None)
 
@@ -131,7 +133,7 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
     def reusable(self) -> bool:
-        return self.complete and not self.closed and self.parser.should_keep_alive()
+        return self.complete and not self.closed and self.keep_alive
 
 
 class UpstreamResponse:
