@@ -13,7 +13,6 @@ money the wrong way for as long as nobody looks.
 
 from __future__ import annotations
 
-import bisect
 import functools
 from collections.abc import Callable, Hashable, Mapping
 from datetime import datetime, timezone
@@ -102,22 +101,14 @@ class Curve(BaseModel):
             raise ValueError("load and value must be >= 0")
         return points
 
-    # the points split once: the gate evaluates curves on every request
-    _xs: list[float] = PrivateAttr(default_factory=list)
-    _ys: list[float] = PrivateAttr(default_factory=list)
-
-    def model_post_init(self, context: Any) -> None:
-        self._xs = [x for x, _ in self.points]
-        self._ys = [y for _, y in self.points]
-
     def __call__(self, load: float) -> float:
-        xs, ys = self._xs, self._ys
-        if len(xs) == 1 or load <= xs[0]:
-            return ys[0]
-        i = bisect.bisect_right(xs, load)
-        if i >= len(xs):
-            i = len(xs) - 1
-        x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+        points = self.points
+        if len(points) == 1 or load <= points[0][0]:
+            return points[0][1]
+        i = 1
+        while i < len(points) - 1 and points[i][0] <= load:
+            i += 1
+        (x0, y0), (x1, y1) = points[i - 1], points[i]
         return max(0.0, y0 + (y1 - y0) * (load - x0) / (x1 - x0))
 
 
@@ -165,13 +156,16 @@ class Calibration(BaseModel):
     def derived(self, key: Hashable, compute: Callable[[], T]) -> T:
         """``compute()``, remembered under ``key`` for this calibration (bounded: keys can
         carry client-chosen numbers such as a temperature)."""
+        # through __pydantic_private__: plain attribute access to a private field
+        # goes through BaseModel.__getattr__, which costs more than the lookup saves
+        derived = self.__pydantic_private__["_derived"]  # type: ignore[index]
         try:
-            return self._derived[key]  # type: ignore[no-any-return]
+            return derived[key]  # type: ignore[no-any-return]
         except KeyError:
             pass
-        if len(self._derived) >= _MAX_DERIVED:
-            self._derived.clear()
-        value = self._derived[key] = compute()
+        if len(derived) >= _MAX_DERIVED:
+            derived.clear()
+        value = derived[key] = compute()
         return value
 
     def rho_at(self, temperature: float) -> ClassRho:

@@ -30,7 +30,25 @@ class Match:
     via: str  # "prefix" or "session"
 
 
-def _chain(body: dict[str, Any]) -> list[tuple[bytes, int]]:
+@dataclass(frozen=True)
+class Conversation:
+    """What identifies a request's conversation: its prefix chain and its session.
+
+    Computed once per request (hashing every message is the costly part) and
+    used both to look the conversation up and, once answered, to record it.
+    """
+
+    chain: tuple[tuple[bytes, int], ...]  # (hash, characters so far) after each message
+    session: str | None
+
+    @classmethod
+    def of(cls, body: Any) -> Conversation:
+        if not isinstance(body, dict):
+            return cls((), None)
+        return cls(_chain(body), _session(body))
+
+
+def _chain(body: dict[str, Any]) -> tuple[tuple[bytes, int], ...]:
     """(hash, characters so far) after each message, rooted in the model and tools."""
     root = hashlib.blake2b(digest_size=12)
     root.update(str(body.get("model")).encode())
@@ -44,7 +62,7 @@ def _chain(body: dict[str, Any]) -> list[tuple[bytes, int]]:
     chars = 0
     messages = body.get("messages")
     if not isinstance(messages, list):
-        return out
+        return ()
     for message in messages:
         try:
             text = json.dumps(message, sort_keys=True, separators=(",", ":"))
@@ -53,7 +71,7 @@ def _chain(body: dict[str, Any]) -> list[tuple[bytes, int]]:
         chars += len(text)
         h = hashlib.blake2b(h + text.encode(), digest_size=12).digest()
         out.append((h, chars))
-    return out
+    return tuple(out)
 
 
 def _session(body: dict[str, Any]) -> str | None:
@@ -72,10 +90,8 @@ class AffinityTable:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def lookup(self, body: Any, prompt_tokens: float) -> Match | None:
-        if not isinstance(body, dict):
-            return None
-        chain = _chain(body)
+    def lookup(self, conversation: Conversation, prompt_tokens: float) -> Match | None:
+        chain = conversation.chain
         total = chain[-1][1] if chain else 0
         # the last message is the new turn: only what precedes it can be cached
         for h, chars in reversed(chain[:-1]):
@@ -84,23 +100,19 @@ class AffinityTable:
                 self._entries.move_to_end(h)
                 cached = min(placement.prompt_tokens, prompt_tokens * chars / total) if total else 0.0
                 return Match(placement, cached, "prefix")
-        session = _session(body)
+        session = conversation.session
         if session is not None and session in self._entries:
             placement = self._entries[session]
             self._entries.move_to_end(session)
             return Match(placement, min(placement.prompt_tokens, prompt_tokens) * 0.5, "session")
         return None
 
-    def record(self, body: Any, pool: str, replica: str, prompt_tokens: float) -> None:
-        if not isinstance(body, dict):
-            return
+    def record(self, conversation: Conversation, pool: str, replica: str, prompt_tokens: float) -> None:
         placement = Placement(pool, replica, prompt_tokens)
-        chain = _chain(body)
-        if chain:
-            self._put(chain[-1][0], placement)
-        session = _session(body)
-        if session is not None:
-            self._put(session, placement)
+        if conversation.chain:
+            self._put(conversation.chain[-1][0], placement)
+        if conversation.session is not None:
+            self._put(conversation.session, placement)
 
     def _put(self, key: bytes | str, placement: Placement) -> None:
         self._entries[key] = placement

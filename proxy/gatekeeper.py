@@ -12,7 +12,7 @@ from typing import Any
 from policy.calibration import Calibration, CalibrationError
 from policy.gate import Affinity, Decision, GatePolicy, decide
 from policy.structure import SamplingDefaults, StructureEstimate, StructureLearner, estimate, shape_key
-from proxy.affinity import AffinityTable, Match
+from proxy.affinity import AffinityTable, Conversation, Match
 from proxy.budget import RetryBudget
 from proxy.calibration_file import load_calibration
 from proxy.config import ConfigError, ProxySettings
@@ -29,6 +29,7 @@ class Plan:
     model: str | None
     estimate: StructureEstimate
     shape: str
+    conversation: Conversation
     affinity: Match | None
     decision: Decision
     order: list[str]  # pools to try, the route first
@@ -120,7 +121,8 @@ class Gatekeeper:
                          endpoint="chat" if endpoint == "chat" else "completions")
         shape = shape_key(body, model, prior.temperature)
         blended = self.learner.blend(shape, prior)
-        match = self.affinity.lookup(body, blended.prompt_tokens)
+        conversation = Conversation.of(body)
+        match = self.affinity.lookup(conversation, blended.prompt_tokens)
         policy_config = self.settings.policy_for(model)
         policy = GatePolicy(mode=policy_config.mode, margin=policy_config.margin,
                             hysteresis=policy_config.hysteresis)
@@ -130,7 +132,7 @@ class Gatekeeper:
         order = [decision.route] + [c.pool for c in sorted(decision.costs, key=lambda c: c.cost_per_token)
                                     if c.pool != decision.route]
         self._remember(shape, decision.route)
-        plan = Plan(body, endpoint, model, blended, shape, match, decision, order)
+        plan = Plan(body, endpoint, model, blended, shape, conversation, match, decision, order)
         self._maybe_explore(plan, policy_config.mode)
         return plan
 

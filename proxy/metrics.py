@@ -6,7 +6,10 @@ reason) and never hold request ids, tool names or keys.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client.metrics import MetricWrapperBase
 
 disable_created_metrics()
 
@@ -18,6 +21,31 @@ _TAU_BUCKETS = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 12.0, 16
 _COST_RATIO_BUCKETS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0)
 _TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _TPOT_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2)
+
+
+class Labelled:
+    """A labelled metric whose children are remembered.
+
+    prometheus_client validates the label names on every ``labels()`` call,
+    which costs several times the update itself; the proxy updates a dozen
+    series per request, with label values from a small, fixed set.
+    """
+
+    __slots__ = ("metric", "_children")
+
+    def __init__(self, metric: MetricWrapperBase) -> None:
+        self.metric = metric
+        self._children: dict[tuple[tuple[str, Any], ...], Any] = {}
+
+    def labels(self, **labels: Any) -> Any:
+        key = tuple(labels.items())
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self.metric.labels(**labels)
+        return child
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.metric, name)
 
 
 class ProxyMetrics:
@@ -101,3 +129,6 @@ class ProxyMetrics:
         self.calibration_default = Gauge("draftgate_calibration_is_default",
                                          "1 while the gate runs on documented defaults, not a measured calibration.",
                                          ["model"], registry=r)
+        for name, metric in list(vars(self).items()):
+            if isinstance(metric, MetricWrapperBase) and metric._labelnames:
+                setattr(self, name, Labelled(metric))

@@ -65,8 +65,8 @@ class Recorder:
                 gk.learner.observe(plan.shape, measured)
                 tau_obs, saving_obs = self._observe(plan, upstream, observation, measured)
             prompt_tokens = observation.prompt_tokens or plan.estimate.prompt_tokens
-            gk.affinity.record(plan.body, upstream.pool.name, upstream.replica.url, float(prompt_tokens))
-        if gk.settings.log_requests:
+            gk.affinity.record(plan.conversation, upstream.pool.name, upstream.replica.url, float(prompt_tokens))
+        if gk.settings.log_requests and log.isEnabledFor(logging.INFO):
             self._log(plan, route, status, observation, overhead, measured, tau_obs, saving_obs)
 
     def _observe(self, plan: Plan, upstream: Upstream, observation: Observation,
