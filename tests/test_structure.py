@@ -236,6 +236,39 @@ def test_fuzz_request_shaped_json(raw: dict[str, Any]) -> None:
     shape_key(raw)
 
 
+# JSON whose keys are mostly JSON Schema keywords, so the fuzzer reaches the walk's
+# branches (a "type" that is a list or an object, "properties" that is a list, ...)
+schema_keys = st.sampled_from(["type", "properties", "items", "enum", "$ref", "anyOf", "oneOf", "allOf", "required",
+                               "description", "const", "additionalProperties", "prefixItems", "minItems",
+                               "maxItems", "maxLength", "format", "$defs"]) | st.text(max_size=8)
+schema_values = st.recursive(
+    st.none() | st.booleans() | st.floats(allow_nan=True) | st.integers() | st.sampled_from(
+        ["object", "array", "string", "number", "integer", "boolean", "null", "#/$defs/x", "#"]),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(schema_keys, children, max_size=6),
+    max_leaves=40,
+)
+
+
+def test_type_lists_and_odd_type_values_are_sized() -> None:
+    nullable = {"type": "object", "properties": {"a": {"type": ["string", "null"]}, "b": {"type": {"x": 1}},
+                                                  "c": {"type": ["integer"], "description": "n"}},
+                "required": ["a", "b", "c"]}
+    e = estimate(body(tools=[{"type": "function", "function": {"name": "f", "parameters": nullable}}],
+                      tool_choice="required"))
+    plain = estimate(body(tools=[{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}, "c": {"type": "integer"}},
+        "required": ["a", "b", "c"]}}}], tool_choice="required"))
+    assert e.expected_tokens.s == pytest.approx(plain.expected_tokens.s, rel=0.2)
+
+
+@settings(max_examples=300, deadline=None)
+@given(schema_values)
+def test_fuzz_schema_shaped_json_as_tool_schema(schema: Any) -> None:
+    e = estimate(body(tools=[{"type": "function", "function": {"name": "f", "parameters": schema}}],
+                      tool_choice="required"))
+    assert e.w_s == 1.0 and e.expected_tokens.s > 0
+
+
 @settings(max_examples=200, deadline=None)
 @given(json_values)
 def test_fuzz_arbitrary_json_as_tool_schema(schema: Any) -> None:

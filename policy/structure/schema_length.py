@@ -47,8 +47,8 @@ class SchemaWalk:
 
     def chars(self, schema: Any, depth: int = 0) -> float:
         """Expected characters of an instance of ``schema`` (compact JSON)."""
-        if type(schema) is dict and schema.keys() <= _PLAIN_KEYS:
-            size = self.leaf.get(schema.get("type"))
+        if type(schema) is dict and schema.keys() <= _PLAIN_KEYS and type(kind := schema.get("type")) is str:
+            size = self.leaf.get(kind)
             if size is not None:
                 self.nodes += 1
                 return size
@@ -71,7 +71,10 @@ class SchemaWalk:
             return float(len(_compact(schema["const"])))
         enum = schema.get("enum")
         if isinstance(enum, list) and enum:
-            return sum(len(_compact(v)) for v in enum[:256]) / min(len(enum), 256)
+            enum = enum[:256]
+            if all(type(v) is str for v in enum):
+                return sum(map(len, enum)) / len(enum) + 2.0  # quoted
+            return sum(len(_compact(v)) for v in enum) / len(enum)
         for key in ("anyOf", "oneOf"):
             options = schema.get(key)
             if isinstance(options, list) and options:
@@ -121,16 +124,29 @@ class SchemaWalk:
     def _object(self, schema: dict[str, Any], depth: int) -> float:
         props = schema.get("properties")
         required = schema.get("required")
-        required_set = {r for r in required if isinstance(r, str)} if isinstance(required, list) else set()
+        if isinstance(required, list):
+            required_set = {r for r in required if type(r) is str} if len(required) < 64 else set(
+                r for r in required[:4096] if isinstance(r, str))
+        else:
+            required_set = set()
         total = 2.0  # braces
         keys = 0.0
         if isinstance(props, dict) and props:
-            for name, sub in list(props.items())[: self.priors.max_schema_nodes]:
-                share = 1.0 if name in required_set else self.priors.optional_property_share
+            optional = self.priors.optional_property_share
+            leaf = self.leaf
+            items = props.items() if len(props) <= self.priors.max_schema_nodes else list(props.items())[
+                : self.priors.max_schema_nodes]
+            for name, sub in items:
+                share = 1.0 if name in required_set else optional
                 if share <= 0:
                     continue
-                value = self.chars(sub, depth + 1)
-                total += share * (len(str(name)) + 3.0 + value)  # "key": value
+                # plain leaves inline: most properties are {"type": ..., "description": ...}
+                if (type(sub) is dict and sub.keys() <= _PLAIN_KEYS and type(kind := sub.get("type")) is str
+                        and (value := leaf.get(kind))):
+                    self.nodes += 1
+                else:
+                    value = self.chars(sub, depth + 1)
+                total += share * (len(name) + 3.0 + value)  # "key": value
                 keys += share
         elif props is not None and not isinstance(props, dict):
             self.notes.add("'properties' that is not an object was ignored")
