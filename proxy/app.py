@@ -90,7 +90,7 @@ class Proxy:
             raw, body = await self._read_json(request)
             self._validate(body, endpoint)
             await self._check_model(body)
-            plan = self.gk.plan(body, endpoint)
+            plan = self._plan(body, endpoint)
         except BadRequest as exc:
             # no model label: a rejected request's model name is whatever the client typed
             self.gk.metrics.requests.labels(model="", route="none", status=str(exc.status)).inc()
@@ -106,6 +106,14 @@ class Proxy:
                 return await self._answer(request, path, raw, plan, observation, overhead)
         except ClientGone:
             return Response(status_code=499)
+
+    def _plan(self, body: dict[str, Any], endpoint: str) -> Plan:
+        try:
+            return self.gk.plan(body, endpoint)
+        except Exception as exc:  # a bug in the gate must not lose the request
+            log.exception("the gate failed on a request; routing it to a plain pool")
+            self.gk.metrics.gate_errors.inc()
+            return self.gk.fallback_plan(body, endpoint, exc)
 
     async def _answer(self, request: Request, path: str, raw: bytes, plan: Plan, observation: Observation,
                       overhead: float) -> Response:
@@ -169,9 +177,17 @@ class Proxy:
         if status == 200 and "content-encoding" not in upstream.response.headers:
             observation.feed_bytes(content)
             observation.complete = True
-        # observe before releasing: attribution windows close only when nothing is in flight
-        self.recorder.finish(plan, upstream, observation, status, overhead)
-        self.gk.pools.release(upstream.replica)
+        self._finish(plan, upstream, observation, status, overhead)
+
+    def _finish(self, plan: Plan, upstream: Upstream, observation: Observation, status: int,
+                overhead: float) -> None:
+        try:
+            # observe before releasing: attribution windows close only when nothing is in flight
+            self.recorder.finish(plan, upstream, observation, status, overhead)
+        except Exception:  # the answer has gone; only what it would have taught us is lost
+            log.exception("recording a finished request failed")
+        finally:
+            self.gk.pools.release(upstream.replica)
 
     async def _stream(self, plan: Plan, upstream: Upstream, observation: Observation, strip_usage: bool,
                       overhead: float) -> AsyncIterator[bytes]:
@@ -193,8 +209,7 @@ class Proxy:
             await upstream.response.aclose()
             if status == 200 and not observation.complete:
                 status = 499
-            self.recorder.finish(plan, upstream, observation, status, overhead)
-            self.gk.pools.release(upstream.replica)
+            self._finish(plan, upstream, observation, status, overhead)
 
     # ------------------------------------------------------------ checks
 

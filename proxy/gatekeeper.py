@@ -136,6 +136,18 @@ class Gatekeeper:
         self._maybe_explore(plan, policy_config.mode)
         return plan
 
+    def fallback_plan(self, body: dict[str, Any], endpoint: str, error: Exception) -> Plan:
+        """A plan made without the gate, for a request the gate failed on: plain pools
+        first. Speculation is an optimisation; a bug in weighing it must not cost the
+        client its answer."""
+        order = [p.name for p in sorted(self.pools, key=lambda p: p.speculative)]
+        reason = f"the gate failed ({type(error).__name__}): sent to a plain pool unassessed"
+        decision = Decision(route=order[0], predicted_saving=0.0, predicted_tau={}, break_even_ws=None,
+                            break_even_note=None, reasons=(reason,), cause="gate_error")
+        model = body.get("model") if isinstance(body.get("model"), str) else None
+        return Plan(body, endpoint, model, StructureEstimate.unknown(reason), "", Conversation((), None), None,
+                    decision, order)
+
     def _maybe_explore(self, plan: Plan, mode: str) -> None:
         """Send a small share to the other kind of pool, so both savings stay measured.
 

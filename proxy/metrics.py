@@ -59,6 +59,8 @@ class ProxyMetrics:
                                  ["from_pool", "to_pool", "reason"], registry=r)
         self.retry_denied = Counter("draftgate_retry_budget_exhausted", "Failovers refused by the retry budget.",
                                     registry=r)
+        self.gate_errors = Counter("draftgate_gate_errors", "Requests the gate failed to assess; they were sent "
+                                   "to a plain pool unassessed (the log has the traceback).", registry=r)
         self.shed = Counter("draftgate_shed", "Requests refused with 503 because every pool was full.",
                             ["model"], registry=r)
         self.upstream_errors = Counter("draftgate_upstream_errors", "Upstream failures, by pool and kind.",

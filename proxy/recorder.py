@@ -61,7 +61,7 @@ class Recorder:
         tau_obs = saving_obs = None
         if status == 200 and observation.complete and upstream is not None:
             measured = observation.measured(plan.body)
-            if measured.total_tokens > 0:
+            if measured.total_tokens > 0 and plan.shape:  # a fallback plan has no shape to learn
                 gk.learner.observe(plan.shape, measured)
                 tau_obs, saving_obs = self._observe(plan, upstream, observation, measured)
             prompt_tokens = observation.prompt_tokens or plan.estimate.prompt_tokens

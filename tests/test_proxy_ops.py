@@ -144,3 +144,32 @@ def test_dns_names_resolve_to_replicas() -> None:
             assert f"http://127.0.0.1:{port}" in replicas
             r = httpx.post(f"{proxy.url}/v1/chat/completions", json={"model": MODEL, "messages": USER, "max_tokens": 2})
             assert r.status_code == 200
+
+
+def test_a_failing_gate_or_recorder_never_costs_the_client_its_answer() -> None:
+    """Bugs in weighing or recording a request are contained: the request is served
+    (by a plain pool, unassessed), counted, and no replica slot is leaked."""
+    with stack(11) as st:
+        proxy = st.proxy.server.config.app.state.proxy
+
+        def broken_plan(body: object, endpoint: str) -> None:
+            raise ZeroDivisionError("a bug in the gate")
+
+        def broken_finish(*args: object) -> None:
+            raise KeyError("a bug in the recorder")
+
+        proxy.gk.plan = broken_plan
+        proxy.recorder.finish = broken_finish
+        tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+        with httpx.Client(timeout=30) as h:
+            for stream in (False, True):
+                r = h.post(f"{st.proxy.url}/v1/chat/completions",
+                           json={"model": MODEL, "messages": USER, "tools": [tool], "tool_choice": "required",
+                                 "temperature": 0, "stream": stream, "max_tokens": 16})
+                assert r.status_code == 200 and r.headers["x-draftgate-route"] == "spec-off"
+                assert "the gate failed" not in r.text  # the client sees the backend's answer, nothing else
+        assert st.metric("draftgate_gate_errors_total") == 2
+        deadline = time.monotonic() + 5
+        while any(p.inflight for p in proxy.gk.pools) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert all(p.inflight == 0 for p in proxy.gk.pools)

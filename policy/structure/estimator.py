@@ -66,6 +66,13 @@ class StructureEstimate:
     def speculation_unsupported(self) -> bool:
         return bool(self.speculation_blockers)
 
+    @classmethod
+    def unknown(cls, reason: str) -> StructureEstimate:
+        """An estimate that claims nothing: all prose, no length, for when none could be made."""
+        return cls(w_s=0.0, w_r=0.0, w_f=1.0, expected_tokens=ClassTokens(), reasons=(reason,), temperature=1.0,
+                   temperature_from_default=True, n=1, speculation_blockers=(), p_tool_call=0.0, prompt_tokens=0.0,
+                   constrained=False, thinking=False)
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "w_s": self.w_s, "w_r": self.w_r, "w_f": self.w_f,
