@@ -2,11 +2,14 @@
 
     python -m lab.bench_proxy [--rate 200] [--seconds 10] [--stream-rate 20]
 
-Starts an emulated speculation-off pool and a proxy in front of it (both as
-processes, as an operator runs them), then drives an open-loop load at a fixed
-rate, first directly, then through the proxy, and prints latency p50/p99 and
-achieved throughput side by side: non-streamed (a one-token answer, so the
-backend's own time is small) and streamed (256 tokens; total time per stream).
+Starts two emulated pools, speculation on and off, and a proxy in front of
+both, as deployed (every process separate, as an operator runs them). For each
+load it asks the proxy once which pool the gate picks, then drives an open-loop
+load at a fixed rate, first directly against that pool, then through the
+proxy, and prints latency p50/p99 and achieved throughput side by side:
+non-streamed (a one-token answer, so the backend's own time is small) and
+streamed (256 tokens; total time per stream). The proxy runs at its default
+log level, writing its JSON line per request.
 
 Targets on 2 cores: at 200 requests/s the proxy adds <= 1 ms at p50 and <= 5 ms
 at p99; a streamed response through it takes <= 5% longer than direct.
@@ -25,7 +28,7 @@ import json
 from lab.servers import ServerProcess
 from proxy.upstream import Origin
 
-HEADERS = [("content-type", "application/json")]
+HEADERS = [(b"content-type", b"application/json")]
 
 BODY = {"model": "Qwen/Qwen3-32B", "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1,
         "temperature": 0}
@@ -69,6 +72,18 @@ def pct(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1] if len(values) > 1 else values[0]
 
 
+def route_of(url: str, body: dict[str, Any]) -> str:
+    """The pool the gate picks for ``body``, from the proxy's own header."""
+    async def ask() -> str:
+        origin = Origin(url)
+        response = await origin.request("POST", "/v1/chat/completions", HEADERS, json.dumps(body).encode(), 5, 60)
+        await response.aread()
+        await response.aclose()
+        origin.close()
+        return response.headers.get("x-draftgate-route") or ""
+    return asyncio.run(ask())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=float, default=200.0)
@@ -83,19 +98,23 @@ def main() -> None:
             ("non-streamed", BODY, args.rate, args.seconds, "0.002"),
             ("streamed 256 tok", STREAM_BODY, args.stream_rate, args.stream_seconds, "0.1")):
         emulate = ["emulate", "--enable-force-include-usage", "--time-scale", scale, "--max-num-seqs", "1024"]
-        with ServerProcess(emulate) as backend:
-            with ServerProcess(["serve", "--spec-off", backend.url, "--log-level", "warning"]) as proxy:
+        speculative = ["--speculative-config", '{"method": "draft_model", "num_speculative_tokens": 8}',
+                       "--per-request-spec-decode-metrics", "summary"]
+        with ServerProcess(emulate + speculative) as on, ServerProcess(emulate) as off:
+            with ServerProcess(["serve", "--spec-on", on.url, "--spec-off", off.url]) as proxy:
+                route = route_of(proxy.url, body)
+                backend = on if route == "spec-on" else off
                 direct, direct_rps = asyncio.run(load(backend.url, body, rate, seconds))
                 via, via_rps = asyncio.run(load(proxy.url, body, rate, seconds))
-                rows.append((label, direct, direct_rps, via, via_rps))
-    print(f"{'load':>18} {'path':>7} {'p50 ms':>9} {'p99 ms':>9} {'req/s':>8}")
+                rows.append((f"{label} ({route})", direct, direct_rps, via, via_rps))
+    print(f"{'load':>27} {'path':>7} {'p50 ms':>9} {'p99 ms':>9} {'req/s':>8}")
     for label, direct, direct_rps, via, via_rps in rows:
         for path, lat, rps in (("direct", direct, direct_rps), ("proxy", via, via_rps)):
-            print(f"{label:>18} {path:>7} {pct(lat, 50) * 1000:>9.2f} {pct(lat, 99) * 1000:>9.2f} {rps:>8.1f}")
+            print(f"{label:>27} {path:>7} {pct(lat, 50) * 1000:>9.2f} {pct(lat, 99) * 1000:>9.2f} {rps:>8.1f}")
         added50 = (pct(via, 50) - pct(direct, 50)) * 1000
         added99 = (pct(via, 99) - pct(direct, 99)) * 1000
         ratio = statistics.mean(via) / statistics.mean(direct) - 1
-        print(f"{label:>18} {'added':>7} {added50:>9.2f} {added99:>9.2f}   (mean time {ratio:+.1%})")
+        print(f"{label:>27} {'added':>7} {added50:>9.2f} {added99:>9.2f}   (mean time {ratio:+.1%})")
 
 
 if __name__ == "__main__":

@@ -9,8 +9,6 @@ Memory is bounded (LRU).
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +36,7 @@ class Conversation:
     used both to look the conversation up and, once answered, to record it.
     """
 
-    chain: tuple[tuple[bytes, int], ...]  # (hash, characters so far) after each message
+    chain: tuple[tuple[int, int], ...]  # (hash, characters so far) after each message
     session: str | None
 
     @classmethod
@@ -48,28 +46,30 @@ class Conversation:
         return cls(_chain(body), _session(body))
 
 
-def _chain(body: dict[str, Any]) -> tuple[tuple[bytes, int], ...]:
-    """(hash, characters so far) after each message, rooted in the model and tools."""
-    root = hashlib.blake2b(digest_size=12)
-    root.update(str(body.get("model")).encode())
+def _chain(body: dict[str, Any]) -> tuple[tuple[int, int], ...]:
+    """(hash, characters so far) after each message, rooted in the model and tool names.
+
+    Python's own hash of each message's repr: both are C-speed, and the table
+    lives and dies with this process, so a per-process hash seed is no loss.
+    """
     tools = body.get("tools")
+    names: tuple[Any, ...] = ()
     if isinstance(tools, list):
-        for tool in tools:
-            fn = tool.get("function") if isinstance(tool, dict) else None
-            root.update(str(fn.get("name") if isinstance(fn, dict) else tool).encode())
-    h = root.digest()
-    out: list[tuple[bytes, int]] = []
+        names = tuple(tool.get("function", {}).get("name") if isinstance(tool, dict)
+                      and isinstance(tool.get("function"), dict) else None for tool in tools[:512])
+    h = hash((str(body.get("model")), repr(names)))
+    out: list[tuple[int, int]] = []
     chars = 0
     messages = body.get("messages")
     if not isinstance(messages, list):
         return ()
     for message in messages:
         try:
-            text = json.dumps(message, sort_keys=True, separators=(",", ":"))
-        except (TypeError, ValueError):
             text = repr(message)
+        except RecursionError:  # nested deeper than repr goes: rare, and such a message is its own prefix
+            text = f"<deep message {id(message)}>"
         chars += len(text)
-        h = hashlib.blake2b(h + text.encode(), digest_size=12).digest()
+        h = hash((h, text))
         out.append((h, chars))
     return tuple(out)
 
@@ -85,7 +85,7 @@ def _session(body: dict[str, Any]) -> str | None:
 class AffinityTable:
     def __init__(self, capacity: int = 100_000) -> None:
         self.capacity = capacity
-        self._entries: OrderedDict[bytes | str, Placement] = OrderedDict()
+        self._entries: OrderedDict[int | str, Placement] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -114,7 +114,7 @@ class AffinityTable:
         if conversation.session is not None:
             self._put(conversation.session, placement)
 
-    def _put(self, key: bytes | str, placement: Placement) -> None:
+    def _put(self, key: int | str, placement: Placement) -> None:
         self._entries[key] = placement
         self._entries.move_to_end(key)
         while len(self._entries) > self.capacity:

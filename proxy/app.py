@@ -121,8 +121,8 @@ class Proxy:
         gk = self.gk
         prefer = (plan.affinity.placement.pool, plan.affinity.placement.replica) if plan.affinity else None
         try:
-            upstream = await send_with_failover(gk, self.upstream, "POST", _target(request, path), request.headers,
-                                                raw, plan.order, prefer, plan.model)
+            upstream = await send_with_failover(gk, self.upstream, "POST", _target(request, path),
+                                                request.scope["headers"], raw, plan.order, prefer, plan.model)
         except NoCapacity:
             self.recorder.finish(plan, None, observation, 503, overhead)
             return openai_error(503, "all pools are at capacity; retry shortly", code="overloaded",
@@ -134,15 +134,15 @@ class Proxy:
             self.recorder.finish(plan, None, observation, 499, overhead)
             raise
         observation.failovers = upstream.failovers
-        headers = {**downstream_headers(upstream.response.headers), **plan.headers(),
-                   "x-draftgate-route": upstream.pool.name}
+        headers = downstream_headers(upstream.response.headers) + _raw(plan.headers(upstream.pool.name))
         if plan.body.get("stream") is True and upstream.response.status_code == 200:
             strip = not client_wants_usage(plan.body)
-            return StreamingResponse(self._stream(plan, upstream, observation, strip, overhead),
-                                     status_code=200, headers=headers)
+            stream = StreamingResponse(self._stream(plan, upstream, observation, strip, overhead), status_code=200)
+            stream.raw_headers = headers
+            return stream
         return await self._whole(plan, upstream, observation, headers, overhead)
 
-    async def _whole(self, plan: Plan, upstream: Upstream, observation: Observation, headers: dict[str, str],
+    async def _whole(self, plan: Plan, upstream: Upstream, observation: Observation, headers: list[tuple[bytes, bytes]],
                      overhead: float) -> Response:
         resumed = time.perf_counter()
         status = upstream.response.status_code
@@ -160,7 +160,8 @@ class Proxy:
         if status != upstream.response.status_code:
             response = openai_error(502, "upstream failed while answering")
         else:
-            response = Response(content=content, status_code=status, headers=headers)
+            response = Response(content=content, status_code=status)  # sets content-length
+            response.raw_headers += headers
         overhead += time.perf_counter() - resumed
         # What the response taught us is recorded after it has gone to the client:
         # none of it is the client's latency.
@@ -304,7 +305,7 @@ class Proxy:
         pools = sorted(self.gk.pools, key=lambda p: p.speculative)
         try:
             upstream = await send_with_failover(self.gk, self.upstream, request.method,
-                                                _target(request, request.url.path), request.headers, raw,
+                                                _target(request, request.url.path), request.scope["headers"], raw,
                                                 [p.name for p in pools], None, None)
         except NoCapacity:
             return openai_error(503, "all pools are at capacity; retry shortly", headers={"retry-after": "1"})
@@ -319,8 +320,10 @@ class Proxy:
                 await upstream.response.aclose()
                 self.gk.pools.release(upstream.replica)
 
-        headers = {**downstream_headers(upstream.response.headers), "x-draftgate-route": upstream.pool.name}
-        return StreamingResponse(body(), status_code=upstream.response.status_code, headers=headers)
+        relayed = StreamingResponse(body(), status_code=upstream.response.status_code)
+        relayed.raw_headers = downstream_headers(upstream.response.headers) + _raw(
+            {"x-draftgate-route": upstream.pool.name})
+        return relayed
 
     async def explain(self, request: Request) -> Response:
         try:
@@ -363,6 +366,10 @@ class Proxy:
             raise ConfigError("this proxy was started without a configuration file to reload")
         self.gk.reload(self.reload_settings())
         log.info("configuration reloaded")
+
+
+def _raw(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
 
 
 def _target(request: Request, path: str) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from proxy.gatekeeper import Gatekeeper
@@ -27,9 +27,11 @@ from proxy.upstream import (
 log = logging.getLogger("draftgate.forward")
 
 HOP_BY_HOP = frozenset({
-    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
-    "transfer-encoding", "upgrade", "host", "content-length",
+    b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer", b"trailers",
+    b"transfer-encoding", b"upgrade", b"host", b"content-length",
 })
+# the proxy's own server answers with its own date; the upstream's server name is not ours to relay
+NOT_RELAYED = HOP_BY_HOP | {b"date", b"server"}
 RETRYABLE_STATUS = frozenset({502, 503, 504})
 
 
@@ -53,17 +55,21 @@ class Upstream:
     failovers: int
 
 
-def upstream_headers(incoming: Mapping[str, str], pool: Pool, strip_authorization: bool) -> list[tuple[str, str]]:
+def upstream_headers(incoming: Iterable[tuple[bytes, bytes]], pool: Pool,
+                     strip_authorization: bool) -> list[tuple[bytes, bytes]]:
+    """The client's headers for ``pool``: hop-by-hop ones dropped, the pool's own key
+    in place of the client's when it has one. Names arrive lower-cased (ASGI)."""
     drop_auth = strip_authorization or pool.config.api_key is not None
-    headers = [(k, v) for k, v in incoming.items()
-               if k.lower() not in HOP_BY_HOP and not (drop_auth and k.lower() == "authorization")]
+    headers = [(k, v) for k, v in incoming
+               if k not in HOP_BY_HOP and not (drop_auth and k == b"authorization")]
     if pool.config.api_key is not None:
-        headers.append(("authorization", f"Bearer {pool.config.api_key.get_secret_value()}"))
+        headers.append((b"authorization", f"Bearer {pool.config.api_key.get_secret_value()}".encode("latin-1")))
     return headers
 
 
-def downstream_headers(upstream: Headers) -> dict[str, str]:
-    return {k: v for k, v in upstream.items() if k.lower() not in HOP_BY_HOP and k.lower() not in ("date", "server")}
+def downstream_headers(upstream: Headers) -> list[tuple[bytes, bytes]]:
+    """The upstream's response headers the client gets, lower-cased, as raw ASGI pairs."""
+    return [(k, v) for k, v in ((k.lower(), v) for k, v in upstream.raw) if k not in NOT_RELAYED]
 
 
 async def send_with_failover(
@@ -71,7 +77,7 @@ async def send_with_failover(
     client: UpstreamClient,
     method: str,
     target: str,
-    headers: Mapping[str, str],
+    headers: Iterable[tuple[bytes, bytes]],
     body: bytes,
     order: list[str],
     prefer_replica: tuple[str, str] | None,
@@ -79,7 +85,7 @@ async def send_with_failover(
 ) -> Upstream:
     gk.budget.deposit()
     pools = [p for p in (gk.pool(name) for name in order) if p is not None]
-    first = await gk.pools.wait_for_room(pools, gk.settings.queue_timeout)
+    first = gk.pools.first_with_room(pools) or await gk.pools.wait_for_room(pools, gk.settings.queue_timeout)
     if first is None:
         gk.metrics.shed.labels(model=model or "").inc()
         raise NoCapacity("every pool is at capacity")

@@ -53,9 +53,10 @@ class Plan:
             return "tool_auto"
         return "prose"
 
-    def headers(self) -> dict[str, str]:
+    def headers(self, route: str | None = None) -> dict[str, str]:
+        """What the client is told of the decision; ``route`` is where it was served, if not the plan's."""
         return {
-            "x-draftgate-route": self.route,
+            "x-draftgate-route": route or self.route,
             "x-draftgate-schema-fraction": f"{self.estimate.w_s:.3f}",
             "x-draftgate-predicted-saving": f"{self.decision.predicted_saving:.3f}",
         }

@@ -96,8 +96,8 @@ class Pool:
         candidates = [r for r in self.healthy_replicas() if r.url not in exclude]
         if not candidates:
             candidates = [r for r in self.replicas.values() if r.url not in exclude]
-        if not candidates:
-            return None
+        if len(candidates) <= 1:
+            return candidates[0] if candidates else None
         if prefer is not None:
             preferred = self.replicas.get(prefer)
             if preferred in candidates and preferred.queued <= 0 and preferred.inflight < self.config.max_num_seqs:
@@ -122,6 +122,9 @@ class PoolSet:
     def has_room(self, pool: Pool) -> bool:
         replicas = max(1, len(pool.healthy_replicas()))
         return pool.inflight < pool.capacity() + self.queue_depth * replicas
+
+    def first_with_room(self, order: list[Pool]) -> Pool | None:
+        return next((pool for pool in order if self.has_room(pool)), None)
 
     async def wait_for_room(self, order: list[Pool], timeout: float) -> Pool | None:
         """The first pool in ``order`` with room, waiting up to ``timeout`` for one."""

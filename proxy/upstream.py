@@ -38,17 +38,18 @@ class UpstreamProtocolError(UpstreamError):
 
 
 class Headers:
-    """Response headers, case-insensitive, order and repeats kept."""
+    """Response headers as received (raw bytes, order and repeats kept); lookups are
+    case-insensitive. Kept raw because the proxy mostly relays them untouched."""
 
-    def __init__(self, items: list[tuple[str, str]]) -> None:
-        self._items = items
+    def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
+        self.raw = raw
 
     def items(self) -> list[tuple[str, str]]:
-        return list(self._items)
+        return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in self.raw]
 
     def get(self, name: str, default: str | None = None) -> str | None:
-        name = name.lower()
-        return next((v for k, v in self._items if k.lower() == name), default)
+        wanted = name.lower().encode("latin-1")
+        return next((v.decode("latin-1") for k, v in self.raw if k.lower() == wanted), default)
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and self.get(name) is not None
@@ -65,7 +66,7 @@ class _Connection(asyncio.Protocol):
     def _reset(self) -> None:
         loop = asyncio.get_running_loop()
         self.headers_ready: asyncio.Future[object] = loop.create_future()
-        self.header_items: list[tuple[str, str]] = []
+        self.header_items: list[tuple[bytes, bytes]] = []
         self.chunks: deque[bytes | None | Exception] = deque()
         self.waiter: asyncio.Future[object] | None = None  # set while a reader waits for a chunk
         self.complete = False
@@ -93,7 +94,7 @@ class _Connection(asyncio.Protocol):
 
     # httptools callbacks
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.header_items.append((name.decode("latin-1"), value.decode("latin-1")))
+        self.header_items.append((name, value))
 
     def on_headers_complete(self) -> None:
         # read it now: once the message is complete the parser has reset and says False
@@ -238,13 +239,16 @@ class Origin:
             raise UpstreamConnectError(f"connect to {self.netloc} failed: {exc.strerror or exc}") from None
         return conn
 
-    async def request(self, method: str, target: str, headers: Iterable[tuple[str, str]], body: bytes,
+    async def request(self, method: str, target: str, headers: Iterable[tuple[bytes, bytes]], body: bytes,
                       connect_timeout: float, read_timeout: float) -> UpstreamResponse:
-        head = [f"{method} {target} HTTP/1.1\r\nhost: {self.netloc}\r\ncontent-length: {len(body)}\r\n"]
+        """Send a request; ``headers`` are raw (name, value) pairs, as ASGI gives them."""
+        head = [f"{method} {target} HTTP/1.1\r\nhost: {self.netloc}\r\ncontent-length: {len(body)}\r\n".encode(
+            "latin-1")]
         for name, value in headers:
-            head.append(f"{name}: {value}\r\n")
-        head.append("\r\n")
-        payload = "".join(head).encode("latin-1") + body
+            head += (name, b": ", value, b"\r\n")
+        head.append(b"\r\n")
+        head.append(body)
+        payload = b"".join(head)
         # A pooled connection the server has since closed fails before any byte comes
         # back; that is not the server refusing us, so try once more on a fresh one.
         while self.idle:

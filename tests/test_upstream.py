@@ -8,7 +8,7 @@ import json
 from proxy.upstream import Origin
 from tests.conftest import emulator
 
-HEADERS = [("content-type", "application/json")]
+HEADERS = [(b"content-type", b"application/json")]
 
 
 def body(**extra: object) -> bytes:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from policy.structure.estimator import ClassTokens, StructureEstimate
@@ -133,7 +133,10 @@ class StructureLearner:
             return prior
         ws, wr = tokens.s / total, tokens.r / total
         note = f"learned from {stats.count} earlier response(s) of this shape: w_S {prior.w_s:.2f} -> {ws:.2f}"
-        return replace(
-            prior, w_s=ws, w_r=wr, w_f=max(0.0, 1.0 - ws - wr), expected_tokens=tokens,
-            reasons=prior.reasons + (note,),
+        # built field by field: dataclasses.replace costs more than everything else here
+        return StructureEstimate(
+            w_s=ws, w_r=wr, w_f=max(0.0, 1.0 - ws - wr), expected_tokens=tokens, reasons=prior.reasons + (note,),
+            temperature=prior.temperature, temperature_from_default=prior.temperature_from_default, n=prior.n,
+            speculation_blockers=prior.speculation_blockers, p_tool_call=prior.p_tool_call,
+            prompt_tokens=prior.prompt_tokens, constrained=prior.constrained, thinking=prior.thinking,
         )
