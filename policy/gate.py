@@ -15,7 +15,9 @@ requests vLLM will not speculate, and ``n > 1``, go to a plain pool.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -84,16 +86,30 @@ class Decision:
     route: str
     predicted_saving: float
     predicted_tau: dict[str, float]
-    break_even_ws: float | None
-    break_even_note: str | None
     reasons: tuple[str, ...]
     costs: tuple[PoolCost, ...] = field(default_factory=tuple)
     # what settled the route, one low-cardinality label: content (the costs alone), or one of
     # CAUSES, the strongest that applied
     cause: str = "content"
+    # The break-even w_S* is reported (metrics, explain), never used to route: it is worked
+    # out on first use, after the request has gone, not while the client waits.
+    break_even: Callable[[], tuple[float | None, str | None]] = field(
+        default=lambda: (None, "no speculative pool"), repr=False, compare=False)
 
     def cost_of(self, pool: str) -> PoolCost | None:
         return next((c for c in self.costs if c.pool == pool), None)
+
+    @functools.cached_property
+    def _break_even_result(self) -> tuple[float | None, str | None]:
+        return self.break_even()
+
+    @property
+    def break_even_ws(self) -> float | None:
+        return self._break_even_result[0]
+
+    @property
+    def break_even_note(self) -> str | None:
+        return self._break_even_result[1]
 
 
 def predicted_taus(calibration: Calibration, pool: PoolView, temperature: float) -> dict[str, float]:
@@ -131,9 +147,9 @@ def pool_cost(
     if pool.speculative and not estimate.speculation_unsupported:
         cal = calibration.pool(pool.name, pool.gamma, pool.method)
         d = pool.draft_cost if pool.draft_cost is not None else cal.draft_cost
-        drafter = law.Drafter(pool.gamma, cal.delta(batch), d)
         taus = predicted_taus(calibration, pool, estimate.temperature)
-        saving = law.predict_spans_from_tau(mix, taus, drafter).saving
+        # the span form's saving, from inputs calibration and configuration have validated
+        saving = 1.0 - law.round_cost(pool.gamma, cal.delta(batch), d) * law.rounds_per_token(mix, taus)
     cached = affinity.cached_tokens if affinity is not None and affinity.pool == pool.name else 0.0
     uncached = max(0.0, estimate.prompt_tokens - cached)
     prefill = uncached * calibration.prefill_seconds_per_token * (1.0 + pool.draft_prefill_ratio)
@@ -209,7 +225,6 @@ def decide(
     else:
         chosen = _cheapest(candidates, by_name, policy, previous, reasons, causes)
     best_spec = max(spec or [c for c in costs if by_name[c.pool].speculative] or [chosen], key=lambda c: c.saving)
-    ws_star, ws_note = _break_even(estimate, by_name.get(best_spec.pool), best_spec.tau, calibration, mix)
     pool = by_name[chosen.pool]
     if pool.speculative:
         reasons.append(f"speculate on {chosen.pool} (gamma={pool.gamma}): predicted saving {chosen.saving:+.1%}")
@@ -221,11 +236,11 @@ def decide(
         route=chosen.pool,
         predicted_saving=chosen.saving,
         predicted_tau=dict(chosen.tau if pool.speculative else best_spec.tau),
-        break_even_ws=ws_star,
-        break_even_note=ws_note,
         reasons=tuple(reasons),
         costs=tuple(costs),
         cause=next((c for c in CAUSES if c in causes), "content"),
+        break_even=functools.partial(_break_even, estimate, by_name.get(best_spec.pool), best_spec.tau,
+                                     calibration, mix),
     )
 
 

@@ -114,7 +114,17 @@ class Drafter:
     @property
     def round_cost(self) -> float:
         """Cost of one round in target decode passes: ``1 + gamma * (delta + d)``."""
-        return 1.0 + self.gamma * self.overhead
+        return round_cost(self.gamma, self.delta, self.d)
+
+
+def round_cost(gamma: int, delta: float, d: float) -> float:
+    """``1 + gamma * (delta + d)``, for callers whose inputs are already validated."""
+    return 1.0 + gamma * (delta + d)
+
+
+def rounds_per_token(mix: ClassMix, taus: Mapping[str, float]) -> float:
+    """Speculation rounds per output token in the span form: ``sum_c w_c / (tau_c + 1)``."""
+    return mix.s / (taus["s"] + 1.0) + mix.r / (taus["r"] + 1.0) + mix.f / (taus["f"] + 1.0)
 
 
 @dataclass(frozen=True)
@@ -225,10 +235,10 @@ def predict_spans_from_tau(
     alphas: Mapping[str, float] | None = None,
 ) -> SpanPrediction:
     """Span form from per-class tau, e.g. as calibration measured it."""
-    rounds_per_token = sum(w / (taus[name] + 1.0) for name, w in mix.items())
-    net = drafter.round_cost * rounds_per_token
+    rounds = rounds_per_token(mix, taus)
+    net = drafter.round_cost * rounds
     saving = 1.0 - net
-    effective_tau = 1.0 / rounds_per_token - 1.0
+    effective_tau = 1.0 / rounds - 1.0
     return SpanPrediction(
         alpha=dict(alphas) if alphas is not None else {},
         tau=dict(taus),

@@ -143,8 +143,8 @@ class Gatekeeper:
         client its answer."""
         order = [p.name for p in sorted(self.pools, key=lambda p: p.speculative)]
         reason = f"the gate failed ({type(error).__name__}): sent to a plain pool unassessed"
-        decision = Decision(route=order[0], predicted_saving=0.0, predicted_tau={}, break_even_ws=None,
-                            break_even_note=None, reasons=(reason,), cause="gate_error")
+        decision = Decision(route=order[0], predicted_saving=0.0, predicted_tau={}, reasons=(reason,),
+                            cause="gate_error", break_even=lambda: (None, "the gate failed"))
         model = body.get("model") if isinstance(body.get("model"), str) else None
         return Plan(body, endpoint, model, StructureEstimate.unknown(reason), "", Conversation((), None), None,
                     decision, order)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from policy.structure.priors import DEFAULT_PRIORS, StructurePriors
-from policy.structure.sampling import SamplingDefaults, effective, speculation_blockers
+from policy.structure.sampling import NO_DEFAULTS, SamplingDefaults, effective, speculation_blockers
 from policy.structure.schema_length import SchemaWalk, expected_json_chars
 
 Endpoint = Literal["chat", "completions"]
@@ -115,7 +115,7 @@ def estimate(
     endpoint: Endpoint = "chat",
 ) -> StructureEstimate:
     """Estimate the S/R/F split of the output ``body`` asks for; never raises."""
-    defaults = defaults or SamplingDefaults()
+    defaults = defaults or NO_DEFAULTS
     if not isinstance(body, dict):
         body = {}
         draft = _Draft(priors)

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 _EPS = 1e-5
 LEGACY_BLOCKERS = ("penalties", "min_p", "logprobs")
+_PENALTIES = (("frequency_penalty", 0.0), ("presence_penalty", 0.0), ("repetition_penalty", 1.0))
 
 
 class SamplingDefaults(BaseModel):
@@ -33,6 +34,7 @@ class SamplingDefaults(BaseModel):
 
 
 QWEN3_DEFAULTS = SamplingDefaults(temperature=0.6, top_p=0.95, top_k=20)
+NO_DEFAULTS = SamplingDefaults()
 
 
 def effective(body: dict[str, Any], name: str, defaults: SamplingDefaults) -> tuple[float, bool]:
@@ -53,12 +55,14 @@ def speculation_blockers(body: dict[str, Any], defaults: SamplingDefaults, endpo
     """
     blockers = []
     if "penalties" in blocked_by:
-        for name, neutral in (("frequency_penalty", 0.0), ("presence_penalty", 0.0), ("repetition_penalty", 1.0)):
+        for name, neutral in _PENALTIES:
+            if name not in body and getattr(defaults, name) == neutral:
+                continue  # the usual case, without the full lookup
             value, from_default = effective(body, name, defaults)
             if abs(value - neutral) > _EPS:
                 source = " (pool default)" if from_default else ""
                 blockers.append(f"{name}={value:g}{source}")
-    if "min_p" in blocked_by:
+    if "min_p" in blocked_by and ("min_p" in body or defaults.min_p):
         min_p, from_default = effective(body, "min_p", defaults)
         if min_p > _EPS:
             blockers.append(f"min_p={min_p:g}" + (" (pool default)" if from_default else ""))
