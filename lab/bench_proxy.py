@@ -1,12 +1,12 @@
 """Benchmark: the same load directly against an emulator and through the proxy, in one run.
 
-    python -m lab.bench_proxy [--rate 200] [--seconds 10] [--stream-rate 20]
+    python -m lab.bench_proxy [--rate 200] [--seconds 10] [--stream-rate 20] [--phases 5]
 
 Starts two emulated pools, speculation on and off, and a proxy in front of
 both, as deployed (every process separate, as an operator runs them). For each
 load it asks the proxy once which pool the gate picks, then drives an open-loop
-load at a fixed rate, first directly against that pool, then through the
-proxy, and prints latency p50/p99 and achieved throughput side by side:
+load at a fixed rate, directly against that pool and through the proxy in
+alternating phases, and prints latency p50/p99 and achieved throughput side by side:
 non-streamed (a one-token answer, so the backend's own time is small) and
 streamed (256 tokens; total time per stream). The proxy runs at its default
 log level, writing its JSON line per request.
@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import time
 from typing import Any
 
-import json
+import httpx
 
 from lab.servers import ServerProcess
 from proxy.upstream import Origin
@@ -73,15 +74,9 @@ def pct(values: list[float], q: float) -> float:
 
 
 def route_of(url: str, body: dict[str, Any]) -> str:
-    """The pool the gate picks for ``body``, from the proxy's own header."""
-    async def ask() -> str:
-        origin = Origin(url)
-        response = await origin.request("POST", "/v1/chat/completions", HEADERS, json.dumps(body).encode(), 5, 60)
-        await response.aread()
-        await response.aclose()
-        origin.close()
-        return response.headers.get("x-draftgate-route") or ""
-    return asyncio.run(ask())
+    """The pool the gate picks for ``body`` (asked of /draftgate/explain: a forwarded
+    request could be one of the few the gate explores with)."""
+    return httpx.post(f"{url}/draftgate/explain", json=body, timeout=10).json()["route"]
 
 
 def main() -> None:
@@ -90,6 +85,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--stream-rate", type=float, default=20.0)
     parser.add_argument("--stream-seconds", type=float, default=10.0)
+    parser.add_argument("--phases", type=int, default=1,
+                        help="alternate direct and proxied load this many times (each phase shorter)")
     args = parser.parse_args()
     rows = []
     # non-streamed: a fast backend, so the proxy's own cost is visible; streamed: tokens
@@ -104,9 +101,17 @@ def main() -> None:
             with ServerProcess(["serve", "--spec-on", on.url, "--spec-off", off.url]) as proxy:
                 route = route_of(proxy.url, body)
                 backend = on if route == "spec-on" else off
-                direct, direct_rps = asyncio.run(load(backend.url, body, rate, seconds))
-                via, via_rps = asyncio.run(load(proxy.url, body, rate, seconds))
-                rows.append((f"{label} ({route})", direct, direct_rps, via, via_rps))
+                # --phases N alternates the paths, so a slow spell of a shared machine falls on
+                # both; one long phase each (the default) measures the proxy in its steady state
+                direct, via, direct_rps, via_rps = [], [], [], []
+                for _ in range(args.phases):
+                    latencies, rps = asyncio.run(load(backend.url, body, rate, seconds / args.phases))
+                    direct += latencies
+                    direct_rps.append(rps)
+                    latencies, rps = asyncio.run(load(proxy.url, body, rate, seconds / args.phases))
+                    via += latencies
+                    via_rps.append(rps)
+                rows.append((f"{label} ({route})", direct, statistics.mean(direct_rps), via, statistics.mean(via_rps)))
     print(f"{'load':>27} {'path':>7} {'p50 ms':>9} {'p99 ms':>9} {'req/s':>8}")
     for label, direct, direct_rps, via, via_rps in rows:
         for path, lat, rps in (("direct", direct, direct_rps), ("proxy", via, via_rps)):

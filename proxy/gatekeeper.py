@@ -100,6 +100,13 @@ class Gatekeeper:
         self.budget = RetryBudget(settings.retry_budget_ratio, settings.retry_budget_floor)
         self._last_route: OrderedDict[str, str] = OrderedDict()
         self._random = random.Random()
+        self._derive_from_settings()
+
+    def _derive_from_settings(self) -> None:
+        """What every request would otherwise rebuild from the settings."""
+        pools = list(self.pools)
+        self._sampling_defaults = next((p for p in pools if p.speculative), pools[0]).config.sampling_defaults
+        self._policies: dict[str | None, GatePolicy] = {}
 
     def reload(self, settings: ProxySettings) -> None:
         """Swap configuration in place; requests in flight keep their pool objects."""
@@ -109,12 +116,20 @@ class Gatekeeper:
         self.pools.adopt(settings.pools)
         self.pools.queue_depth = settings.queue_depth_per_replica
         self.budget.ratio, self.budget.floor = settings.retry_budget_ratio, settings.retry_budget_floor
+        self._derive_from_settings()
 
     def sampling_defaults(self) -> SamplingDefaults:
         """The target model's generation defaults, as the pools declare them."""
-        pools = list(self.pools)
-        chosen = next((p for p in pools if p.speculative), pools[0])
-        return chosen.config.sampling_defaults
+        return self._sampling_defaults
+
+    def gate_policy(self, model: str | None) -> GatePolicy:
+        policy = self._policies.get(model)
+        if policy is None:
+            config = self.settings.policy_for(model)
+            policy = GatePolicy(mode=config.mode, margin=config.margin, hysteresis=config.hysteresis)
+            if len(self._policies) < 1024:  # model names come from clients
+                self._policies[model] = policy
+        return policy
 
     def plan(self, body: dict[str, Any], endpoint: str) -> Plan:
         model = body.get("model") if isinstance(body.get("model"), str) else None
@@ -124,9 +139,7 @@ class Gatekeeper:
         blended = self.learner.blend(shape, prior)
         conversation = Conversation.of(body)
         match = self.affinity.lookup(conversation, blended.prompt_tokens)
-        policy_config = self.settings.policy_for(model)
-        policy = GatePolicy(mode=policy_config.mode, margin=policy_config.margin,
-                            hysteresis=policy_config.hysteresis)
+        policy = self.gate_policy(model)
         affinity = Affinity(match.placement.pool, match.cached_tokens) if match else None
         decision = decide(blended, self.pools.views(), self.calibration, policy, affinity,
                           previous=self._last_route.get(shape))
@@ -134,7 +147,7 @@ class Gatekeeper:
                                     if c.pool != decision.route]
         self._remember(shape, decision.route)
         plan = Plan(body, endpoint, model, blended, shape, conversation, match, decision, order)
-        self._maybe_explore(plan, policy_config.mode)
+        self._maybe_explore(plan, policy.mode)
         return plan
 
     def fallback_plan(self, body: dict[str, Any], endpoint: str, error: Exception) -> Plan:

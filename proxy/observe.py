@@ -9,14 +9,11 @@ log line records the decision and its outcome.
 from __future__ import annotations
 
 import json
-import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from policy.structure import ObservedStructure, TextParts, measure_parts
-
-log = logging.getLogger("draftgate.requests")
 
 
 @dataclass

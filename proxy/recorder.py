@@ -13,7 +13,6 @@ load band.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections import defaultdict, deque
 from typing import Any
@@ -23,10 +22,10 @@ from policy.attribution import CounterAttribution
 from policy.structure import ObservedStructure
 from proxy.forwarding import Upstream
 from proxy.gatekeeper import Gatekeeper, Plan
+from proxy.logs import RequestLog
 from proxy.observe import Observation
 from proxy.pools import Pool, Replica
 
-log = logging.getLogger("draftgate.requests")
 
 _MAX_WINDOW_SCRAPES = 10
 LOAD_BANDS = ((1, "1"), (8, "2-8"), (32, "9-32"), (128, "33-128"), (10**9, "129+"))
@@ -66,7 +65,7 @@ class Recorder:
                 tau_obs, saving_obs = self._observe(plan, upstream, observation, measured)
             prompt_tokens = observation.prompt_tokens or plan.estimate.prompt_tokens
             gk.affinity.record(plan.conversation, upstream.pool.name, upstream.replica.url, float(prompt_tokens))
-        if gk.settings.log_requests and log.isEnabledFor(logging.INFO):
+        if gk.settings.log_requests and RequestLog.stream is not None:
             self._log(plan, route, status, observation, overhead, measured, tau_obs, saving_obs)
 
     def _observe(self, plan: Plan, upstream: Upstream, observation: Observation,
@@ -246,4 +245,4 @@ class Recorder:
         if tau_obs is not None:
             record["tau_observed"] = round(tau_obs, 3)
             record["saving_observed"] = round(saving_obs or 0.0, 4)
-        log.info("request", extra={"fields": record})
+        RequestLog.write(record)

@@ -19,6 +19,8 @@ from policy.structure.schema_length import SchemaWalk, expected_json_chars
 
 Endpoint = Literal["chat", "completions"]
 _LEGACY_GUIDED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")
+_THINKING_FIELDS = frozenset({"chat_template_kwargs", "reasoning_effort", "enable_thinking", "include_reasoning"})
+_FORMAT_FIELDS = frozenset({"structured_outputs", "response_format"})
 _EFFORTS = {"low", "medium", "high"}
 _NO_THINKING_EFFORTS = {"none", "minimal"}
 _WORD = re.compile(r"[a-z]{4,}")
@@ -122,14 +124,18 @@ def estimate(
         draft.note("request body is not a JSON object: estimated as prose")
     else:
         draft = _Draft(priors)
-    _read_thinking(body, draft)
-    if not _read_output_format(body, draft):
+    # Only the signals a body carries are read: most carry few, and each read costs.
+    fields = body.keys()
+    if priors.thinking_by_default or not fields.isdisjoint(_THINKING_FIELDS):
+        _read_thinking(body, draft)
+    if fields.isdisjoint(_FORMAT_FIELDS) or not _read_output_format(body, draft):
         if endpoint == "chat":
             _read_tools(body, draft)
         else:
             draft.prose_tokens = priors.prose_tokens
             draft.note("completions request: a raw prompt is answered in prose")
-    _read_legacy(body, draft)
+    if not fields.isdisjoint(_LEGACY_GUIDED):
+        _read_legacy(body, draft)
     temperature, from_default = effective(body, "temperature", defaults)
     if from_default:
         draft.note(f"temperature omitted: pool default {temperature:g} applies")

@@ -61,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
     pools = ", ".join(f"{p.name} ({'gamma=' + str(p.speculation.gamma) if p.speculation else 'plain'})"
                       for p in settings.pools)
     print(f"draftgate: serving on http://{settings.host}:{settings.port}/v1 in front of {pools}", flush=True)
+    # proxy_headers off: draftgate never reads the client's address, so X-Forwarded-* rewriting
+    # would only cost time on every request
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
-                server_header=False, timeout_graceful_shutdown=30)
+                server_header=False, proxy_headers=False, timeout_graceful_shutdown=30)
     return 0
