@@ -25,6 +25,7 @@ from policy.law import ClassRho
 
 SCHEMA_VERSION = 1
 _MAX_DERIVED = 1024
+_OWNER = ("owner",)
 T = TypeVar("T")
 
 # Defaults, with where they come from. Each is shown as a default wherever it is used.
@@ -158,13 +159,17 @@ class Calibration(BaseModel):
         carry client-chosen numbers such as a temperature)."""
         # through __pydantic_private__: plain attribute access to a private field
         # goes through BaseModel.__getattr__, which costs more than the lookup saves
-        derived = self.__pydantic_private__["_derived"]  # type: ignore[index]
+        private = self.__pydantic_private__
+        derived = private["_derived"]  # type: ignore[index]
+        if derived.get(_OWNER) != id(self):  # a model_copy starts out sharing the original's dict
+            derived = private["_derived"] = {_OWNER: id(self)}  # type: ignore[index]
         try:
             return derived[key]  # type: ignore[no-any-return]
         except KeyError:
             pass
         if len(derived) >= _MAX_DERIVED:
             derived.clear()
+            derived[_OWNER] = id(self)
         value = derived[key] = compute()
         return value
 

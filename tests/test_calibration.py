@@ -71,3 +71,16 @@ def test_out_of_range_values_name_the_field(tmp_path: Path, mutate, field: str) 
 def test_unreadable_file(tmp_path: Path) -> None:
     with pytest.raises(CalibrationError, match="cannot read"):
         load_calibration(tmp_path / "missing.yaml")
+
+
+def test_values_derived_from_a_calibration_follow_its_copies() -> None:
+    from policy.gate import PoolView, predicted_taus
+
+    pool = PoolView("spec-on", "draft_model", gamma=8)
+    base = Calibration()
+    before = predicted_taus(base, pool, 0.6)
+    changed = base.model_copy(update={"kappa": base.kappa / 2})
+    after = predicted_taus(changed, pool, 0.6)
+    # the copy's own kappa, not the original's remembered taus
+    assert after == predicted_taus(Calibration(kappa=base.kappa / 2), pool, 0.6) != before
+    assert predicted_taus(base, pool, 0.6) == before
