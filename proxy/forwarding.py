@@ -110,7 +110,7 @@ async def send_with_failover(
             failovers += 1
             gk.metrics.failovers.labels(from_pool=previous.name, to_pool=pool.name, reason=last_error[:40]).inc()
         tried.add(replica.url)
-        replica.inflight += 1
+        replica.start()
         send_headers = upstream_headers(headers, pool, strip_authorization=bool(gk.settings.api_keys))
         try:
             response = await client.origin(replica.url).request(

@@ -61,7 +61,7 @@ def parse_vllm_metrics(text: str) -> dict[str, float]:
 
 class Monitor:
     def __init__(self, pools: PoolSet, client: httpx.AsyncClient, health_interval: float, scrape_interval: float,
-                 on_scrape: Callable[[Pool, Replica, dict[str, float]], None] | None = None) -> None:
+                 on_scrape: Callable[[Pool, Replica, dict[str, float], bool], None] | None = None) -> None:
         self.pools = pools
         self.client = client
         self.health_interval = health_interval
@@ -109,6 +109,10 @@ class Monitor:
             await asyncio.sleep(self.scrape_interval)
 
     async def scrape(self, pool: Pool, replica: Replica) -> None:
+        # Quiet: nothing of ours was in flight here from the moment the scrape left until it
+        # came back, so the counters it read and the responses recorded so far line up.
+        before = (replica.started, replica.inflight)
+        finished_before = replica.finished_since_scrape
         try:
             response = await self.client.get(f"{replica.url}/metrics", timeout=2.0)
             if response.status_code != 200:
@@ -116,14 +120,16 @@ class Monitor:
             values = parse_vllm_metrics(response.text)
         except (httpx.HTTPError, ValueError):
             return
-        replica.finished_since_scrape = 0
+        # the ones that finished while the scrape was under way may still be in what it read
+        replica.finished_since_scrape = max(0, replica.finished_since_scrape - finished_before)
         replica.running = values.get("running", 0.0)
         replica.waiting = values.get("waiting", 0.0)
         replica.kv_usage = values.get("kv_usage", 0.0)
         replica.scraped_at = time.monotonic()
         replica.counters = values
         if self.on_scrape is not None:
-            self.on_scrape(pool, replica, values)
+            quiet = before == (replica.started, 0) and replica.inflight == 0
+            self.on_scrape(pool, replica, values, quiet)
 
     async def _dns_loop(self) -> None:
         while True:

@@ -29,6 +29,11 @@ class Replica:
     counters: dict[str, float] = field(default_factory=dict)
     # requests this proxy saw finish since the last scrape: the scraped load is that much stale
     finished_since_scrape: int = 0
+    started: int = 0  # requests ever sent here: a scrape taken while it moved straddled one
+
+    def start(self) -> None:
+        self.inflight += 1
+        self.started += 1
 
     @property
     def load(self) -> float:

@@ -168,8 +168,13 @@ class Recorder:
 
     # ------------------------------------------------------------ scrapes and gauges
 
-    def on_scrape(self, pool: Pool, replica: Replica, values: dict[str, float]) -> None:
-        """Close an attribution window for this replica (speculation pools only)."""
+    def on_scrape(self, pool: Pool, replica: Replica, values: dict[str, float], quiet: bool) -> None:
+        """Close an attribution window for this replica (speculation pools only).
+
+        ``quiet``: none of this proxy's requests were in flight on the replica while
+        the scrape was under way, so every response counted in the window is in the
+        counters read, and nothing in them belongs to a response still to come.
+        """
         if not pool.speculative or "num_accepted_tokens" not in values:
             return
         accepted = values["num_accepted_tokens"]
@@ -178,7 +183,7 @@ class Recorder:
         # close a window when nothing is in flight, or after enough scrapes that the
         # requests straddling its edges are a small part of it.
         age = self.window_age.get(replica.url, 0) + 1
-        if previous is not None and replica.inflight > 0 and age < _MAX_WINDOW_SCRAPES:
+        if previous is not None and not quiet and age < _MAX_WINDOW_SCRAPES:
             self.window_age[replica.url] = age
             return
         self.window_age[replica.url] = 0
