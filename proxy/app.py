@@ -26,13 +26,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from proxy.config import ConfigError, ProxySettings
 from proxy.disconnect import ClientGone, cancelled_if_client_leaves
 from proxy.errors import openai_error, stream_error_event
-from proxy.forwarding import (
-    NoCapacity,
-    Upstream,
-    UpstreamUnavailable,
-    downstream_headers,
-    send_with_failover,
-)
+from proxy.forwarding import NoCapacity, Upstream, UpstreamUnavailable, downstream_headers, send_with_failover
 from proxy.gatekeeper import Gatekeeper, Plan
 from proxy.hot_routes import HotRoutes
 from proxy.monitor import Monitor
@@ -142,8 +136,8 @@ class Proxy:
             return stream
         return await self._whole(plan, upstream, observation, headers, overhead)
 
-    async def _whole(self, plan: Plan, upstream: Upstream, observation: Observation, headers: list[tuple[bytes, bytes]],
-                     overhead: float) -> Response:
+    async def _whole(self, plan: Plan, upstream: Upstream, observation: Observation,
+                     headers: list[tuple[bytes, bytes]], overhead: float) -> Response:
         resumed = time.perf_counter()
         status = upstream.response.status_code
         content = b""

@@ -242,8 +242,8 @@ class Origin:
     async def request(self, method: str, target: str, headers: Iterable[tuple[bytes, bytes]], body: bytes,
                       connect_timeout: float, read_timeout: float) -> UpstreamResponse:
         """Send a request; ``headers`` are raw (name, value) pairs, as ASGI gives them."""
-        head = [f"{method} {target} HTTP/1.1\r\nhost: {self.netloc}\r\ncontent-length: {len(body)}\r\n".encode(
-            "latin-1")]
+        start = f"{method} {target} HTTP/1.1\r\nhost: {self.netloc}\r\ncontent-length: {len(body)}\r\n"
+        head = [start.encode("latin-1")]
         for name, value in headers:
             head += (name, b": ", value, b"\r\n")
         head.append(b"\r\n")
