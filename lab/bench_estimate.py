@@ -35,13 +35,18 @@ def bodies(template: dict[str, Any], tools: int, count: int) -> list[bytes]:
     return out
 
 
-def median_ns(fn, items: list[Any]) -> float:
-    times = []
-    for item in items:
+def paired_medians_ns(parse, work, raw: list[bytes], parsed: list[Any]) -> tuple[float, float]:
+    """Median times of ``parse(raw[i])`` and ``work(parsed[i])``, taken in turn, body by
+    body, so a shared machine's slow spells weigh on both alike."""
+    parse_times, work_times = [], []
+    for blob, body in zip(raw, parsed):
         start = time.perf_counter_ns()
-        fn(item)
-        times.append(time.perf_counter_ns() - start)
-    return statistics.median(times)
+        parse(blob)
+        middle = time.perf_counter_ns()
+        work(body)
+        parse_times.append(middle - start)
+        work_times.append(time.perf_counter_ns() - middle)
+    return statistics.median(parse_times), statistics.median(work_times)
 
 
 def main() -> None:
@@ -54,8 +59,7 @@ def main() -> None:
     for label, tools, target in (("BFCL-sized (3 tools)", len(template["tools"]), 1.0), ("128 tools", 128, 2.0)):
         raw = bodies(template, tools, args.rounds)
         parsed = [json.loads(b) for b in raw]
-        parse = median_ns(json.loads, raw)
-        est = median_ns(lambda body: (estimate(body), shape_key(body)), parsed)
+        parse, est = paired_medians_ns(json.loads, lambda body: (estimate(body), shape_key(body)), raw, parsed)
         print(f"{label:>22} {parse / 1000:>10.1f}us {est / 1000:>14.1f}us {est / parse:>7.2f} {'< ' + str(target):>7}")
 
 

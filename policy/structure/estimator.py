@@ -19,6 +19,7 @@ from policy.structure.schema_length import SchemaWalk, expected_json_chars
 
 Endpoint = Literal["chat", "completions"]
 _LEGACY_GUIDED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")
+_NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}  # read, never written
 _THINKING_FIELDS = frozenset({"chat_template_kwargs", "reasoning_effort", "enable_thinking", "include_reasoning"})
 _FORMAT_FIELDS = frozenset({"structured_outputs", "response_format"})
 _EFFORTS = {"low", "medium", "high"}
@@ -362,13 +363,14 @@ def _tool_lengths(tools: list[Any], draft: _Draft) -> dict[str, float]:
     lengths: dict[str, float] = {}
     skipped = 0
     walk = SchemaWalk(p, None)
+    per_token, wrapper = p.json_chars_per_token, p.tool_call_wrapper_tokens
     for tool in tools[: p.max_tools]:
         fn = tool.get("function") if isinstance(tool, dict) else None
         name = fn.get("name") if isinstance(fn, dict) else None
         if not isinstance(name, str) or not name:
             skipped += 1
             continue
-        params = fn.get("parameters", {"type": "object", "properties": {}})
+        params = fn.get("parameters", _NO_PARAMETERS)
         if not isinstance(params, dict):
             draft.note(f"tool {name[:60]!r}: parameters is not an object, sized from priors")
             params = {}
@@ -379,7 +381,7 @@ def _tool_lengths(tools: list[Any], draft: _Draft) -> dict[str, float]:
                 draft.note(f"tool {name[:60]!r}: {n}")
             walk.notes.clear()
         # {"name": "...", "arguments": {...}} plus the parser's tags
-        lengths[name] = (len(name) + chars + 26.0) / p.json_chars_per_token + p.tool_call_wrapper_tokens
+        lengths[name] = (len(name) + chars + 26.0) / per_token + wrapper
     if skipped:
         draft.note(f"{skipped} tool(s) without function.name ignored")
     if len(tools) > p.max_tools:
@@ -411,15 +413,22 @@ def _unrelated_to_tools(messages: Any, tools: list[Any]) -> bool:
     asked = {w[:5] for w in _WORD.findall(text[:2000].lower())} - _STOP_STEMS
     if not asked:
         return False
-    for tool in tools[:512]:
+    # Tools are read eight at a time: a regex pass per tool costs more than its words,
+    # and a relevant question usually shares a word with one of the first few.
+    offered: list[str] = []
+    for i, tool in enumerate(tools[:512], 1):
         fn = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(fn, dict):
-            continue
-        name, description = fn.get("name"), fn.get("description")
-        words = f"{name if isinstance(name, str) else ''} {description[:200] if isinstance(description, str) else ''}"
-        offered = {w[:5] for w in _WORD.findall(words.replace("_", " ").lower())}
-        if asked & offered:
-            return False
+        if isinstance(fn, dict):
+            name, description = fn.get("name"), fn.get("description")
+            if isinstance(name, str):
+                offered.append(name)
+            if isinstance(description, str):
+                offered.append(description[:200])
+        if offered and (i % 8 == 0 or i == len(tools) or i == 512):
+            words = " ".join(offered).replace("_", " ").lower()
+            if not asked.isdisjoint({w[:5] for w in _WORD.findall(words)}):
+                return False
+            offered.clear()
     return True
 
 

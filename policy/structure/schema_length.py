@@ -21,6 +21,8 @@ _FORMAT_CHARS = {
 # A leaf whose keys are all among these is sized by its type alone: the common
 # case in tool schemas, and the fast path that keeps estimation cheaper than parsing.
 _PLAIN_KEYS = frozenset({"type", "description", "title", "default", "examples", "example"})
+# Keys that decide a node's size before its "type" does.
+_SHAPING_KEYS = frozenset({"$ref", "const", "enum", "anyOf", "oneOf", "allOf"})
 _TYPE_ALIASES = {"dict": "object", "float": "number", "int": "integer", "bool": "boolean",
                  "str": "string", "list": "array", "tuple": "array"}
 
@@ -35,9 +37,14 @@ class SchemaWalk:
     notes: set[str] = field(default_factory=set)
     resolving: set[str] = field(default_factory=set)
     leaf: dict[Any, float] = field(default_factory=dict)
+    max_nodes: int = field(init=False, default=0)
+    optional_share: float = field(init=False, default=0.0)
 
     def __post_init__(self) -> None:
         self.leaf = _leaf_sizes(self.priors)
+        # read once per walk, not once per property
+        self.max_nodes = self.priors.max_schema_nodes
+        self.optional_share = self.priors.optional_property_share
 
     def reset(self, root: Any) -> None:
         """Reuse this walk for another root (one walk serves all tools of a request)."""
@@ -53,8 +60,8 @@ class SchemaWalk:
                 self.nodes += 1
                 return size
         self.nodes += 1
-        if self.nodes > self.priors.max_schema_nodes:
-            self.notes.add(f"schema larger than {self.priors.max_schema_nodes} nodes: rest estimated from priors")
+        if self.nodes > self.max_nodes:
+            self.notes.add(f"schema larger than {self.max_nodes} nodes: rest estimated from priors")
             return self.priors.string_value_chars
         if depth > self.priors.max_schema_depth:
             self.notes.add(f"schema nested deeper than {self.priors.max_schema_depth}: rest estimated from priors")
@@ -64,6 +71,8 @@ class SchemaWalk:
         if not isinstance(schema, dict):
             self.notes.add("a schema node that is not an object was ignored")
             return self.priors.string_value_chars
+        if schema.keys().isdisjoint(_SHAPING_KEYS) and schema.get("type") == "object":
+            return self._object(schema, depth)  # the usual tool parameters: straight to the properties
         ref = schema.get("$ref")
         if isinstance(ref, str):
             return self._ref(ref, depth)
@@ -124,20 +133,18 @@ class SchemaWalk:
     def _object(self, schema: dict[str, Any], depth: int) -> float:
         props = schema.get("properties")
         required = schema.get("required")
-        if isinstance(required, list):
-            required_set = {r for r in required if type(r) is str} if len(required) < 64 else set(
-                r for r in required[:4096] if isinstance(r, str))
-        else:
-            required_set = set()
+        if not isinstance(required, list):
+            required = ()
+        elif len(required) > 16:  # a short list is searched faster than a set is built
+            required = {r for r in required[:4096] if type(r) is str}
         total = 2.0  # braces
         keys = 0.0
         if isinstance(props, dict) and props:
-            optional = self.priors.optional_property_share
+            optional = self.optional_share
             leaf = self.leaf
-            items = props.items() if len(props) <= self.priors.max_schema_nodes else list(props.items())[
-                : self.priors.max_schema_nodes]
+            items = props.items() if len(props) <= self.max_nodes else list(props.items())[: self.max_nodes]
             for name, sub in items:
-                share = 1.0 if name in required_set else optional
+                share = 1.0 if name in required else optional
                 if share <= 0:
                     continue
                 # plain leaves inline: most properties are {"type": ..., "description": ...}
