@@ -44,9 +44,6 @@ class Headers:
     def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
         self.raw = raw
 
-    def items(self) -> list[tuple[str, str]]:
-        return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in self.raw]
-
     def get(self, name: str, default: str | None = None) -> str | None:
         wanted = name.lower().encode("latin-1")
         return next((v.decode("latin-1") for k, v in self.raw if k.lower() == wanted), default)
