@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import time
 from typing import Any
@@ -79,6 +80,17 @@ def route_of(url: str, body: dict[str, Any]) -> str:
     return httpx.post(f"{url}/draftgate/explain", json=body, timeout=10).json()["route"]
 
 
+def cpu_seconds(server: ServerProcess) -> float:
+    """User plus system CPU time of a server process so far (Linux /proc; NaN elsewhere)."""
+    try:
+        assert server.process is not None
+        with open(f"/proc/{server.process.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, AssertionError, IndexError, ValueError):
+        return float("nan")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=float, default=200.0)
@@ -104,18 +116,24 @@ def main() -> None:
                 # --phases N alternates the paths, so a slow spell of a shared machine falls on
                 # both; one long phase each (the default) measures the proxy in its steady state
                 direct, via, direct_rps, via_rps = [], [], [], []
+                proxy_cpu = 0.0
                 for _ in range(args.phases):
                     latencies, rps = asyncio.run(load(backend.url, body, rate, seconds / args.phases))
                     direct += latencies
                     direct_rps.append(rps)
+                    before = cpu_seconds(proxy)
                     latencies, rps = asyncio.run(load(proxy.url, body, rate, seconds / args.phases))
+                    proxy_cpu += cpu_seconds(proxy) - before
                     via += latencies
                     via_rps.append(rps)
-                rows.append((f"{label} ({route})", direct, statistics.mean(direct_rps), via, statistics.mean(via_rps)))
-    print(f"{'load':>27} {'path':>7} {'p50 ms':>9} {'p99 ms':>9} {'req/s':>8}")
-    for label, direct, direct_rps, via, via_rps in rows:
+                rows.append((f"{label} ({route})", direct, statistics.mean(direct_rps), via, statistics.mean(via_rps),
+                             proxy_cpu / len(via)))
+    # CPU per request is the steadier figure on a shared machine: latency moves with the neighbours
+    print(f"{'load':>27} {'path':>7} {'p50 ms':>9} {'p99 ms':>9} {'req/s':>8} {'proxy CPU ms/req':>17}")
+    for label, direct, direct_rps, via, via_rps, cpu in rows:
         for path, lat, rps in (("direct", direct, direct_rps), ("proxy", via, via_rps)):
-            print(f"{label:>27} {path:>7} {pct(lat, 50) * 1000:>9.2f} {pct(lat, 99) * 1000:>9.2f} {rps:>8.1f}")
+            spent = f"{cpu * 1000:>17.2f}" if path == "proxy" and cpu == cpu else ""
+            print(f"{label:>27} {path:>7} {pct(lat, 50) * 1000:>9.2f} {pct(lat, 99) * 1000:>9.2f} {rps:>8.1f} {spent}")
         added50 = (pct(via, 50) - pct(direct, 50)) * 1000
         added99 = (pct(via, 99) - pct(direct, 99)) * 1000
         ratio = statistics.mean(via) / statistics.mean(direct) - 1
