@@ -132,5 +132,6 @@ class ProxyMetrics:
                                          "1 while the gate runs on documented defaults, not a measured calibration.",
                                          ["model"], registry=r)
         for name, metric in list(vars(self).items()):
+            # _labelnames: prometheus_client offers no public way to ask whether a metric has labels
             if isinstance(metric, MetricWrapperBase) and metric._labelnames:
                 setattr(self, name, Labelled(metric))

@@ -153,7 +153,7 @@ class SchemaWalk:
                     self.nodes += 1
                 else:
                     value = self.chars(sub, depth + 1)
-                total += share * (len(name) + 3.0 + value)  # "key": value
+                total += share * (len(str(name)) + 3.0 + value)  # "key": value
                 keys += share
         elif props is not None and not isinstance(props, dict):
             self.notes.add("'properties' that is not an object was ignored")
