@@ -19,6 +19,7 @@ from proxy.upstream import (
     Headers,
     UpstreamClient,
     UpstreamConnectError,
+    UpstreamError,
     UpstreamProtocolError,
     UpstreamResponse,
     UpstreamTimeout,
@@ -33,6 +34,12 @@ HOP_BY_HOP = frozenset({
 # the proxy's own server answers with its own date; the upstream's server name is not ours to relay
 NOT_RELAYED = HOP_BY_HOP | {b"date", b"server"}
 RETRYABLE_STATUS = frozenset({502, 503, 504})
+# what each failure before the first byte is counted as: metric kind, reason, status if it is the last
+_FAILURES: dict[type[UpstreamError], tuple[str, str, int]] = {
+    UpstreamConnectError: ("connect", "connect failed", 502),
+    UpstreamTimeout: ("timeout", "timed out before the first byte", 504),
+    UpstreamProtocolError: ("protocol", "connection dropped", 502),
+}
 
 
 class NoCapacity(Exception):
@@ -115,25 +122,17 @@ async def send_with_failover(
         try:
             response = await client.origin(replica.url).request(
                 method, target, send_headers, body, gk.settings.connect_timeout, gk.settings.first_byte_timeout)
-        except UpstreamConnectError as exc:
-            gk.pools.release(replica)
-            replica.mark_failed()
-            gk.metrics.upstream_errors.labels(pool=pool.name, kind="connect").inc()
-            last_error, last_status, previous = "connect failed", 502, pool
-            log.warning("upstream connect failed", extra={"replica": replica.url, "path": str(exc)})
-            continue
-        except UpstreamTimeout:
-            gk.pools.release(replica)
-            gk.metrics.upstream_errors.labels(pool=pool.name, kind="timeout").inc()
-            last_error, last_status, previous = "timed out before the first byte", 504, pool
-            continue
         except asyncio.CancelledError:
             gk.pools.release(replica)
             raise
-        except UpstreamProtocolError:
+        except UpstreamError as exc:
             gk.pools.release(replica)
-            gk.metrics.upstream_errors.labels(pool=pool.name, kind="protocol").inc()
-            last_error, last_status, previous = "connection dropped", 502, pool
+            kind, last_error, last_status = _FAILURES.get(type(exc), _FAILURES[UpstreamProtocolError])
+            if isinstance(exc, UpstreamConnectError):
+                replica.mark_failed()
+                log.warning("upstream connect failed", extra={"replica": replica.url, "path": str(exc)})
+            gk.metrics.upstream_errors.labels(pool=pool.name, kind=kind).inc()
+            previous = pool
             continue
         if response.status_code in RETRYABLE_STATUS:
             await response.aclose()
