@@ -26,6 +26,7 @@ class Replica:
     scraped_at: float = 0.0
     failures: int = 0
     next_check: float = 0.0
+    checked_at: float = 0.0  # monotonic time of the last health check, 0 before the first
     counters: dict[str, float] = field(default_factory=dict)
     # requests this proxy saw finish since the last scrape: the scraped load is that much stale
     finished_since_scrape: int = 0
@@ -47,12 +48,14 @@ class Replica:
     def mark_failed(self, backoff_cap: float = 30.0) -> None:
         self.failures += 1
         self.healthy = False
+        self.checked_at = time.monotonic()
         self.next_check = time.monotonic() + min(backoff_cap, 0.25 * 2 ** min(self.failures, 8))
 
     def mark_ok(self) -> None:
         self.failures = 0
         self.healthy = True
         self.next_check = 0.0
+        self.checked_at = time.monotonic()
 
 
 class Pool:

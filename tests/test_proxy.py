@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.proxy_harness import Stack, metric_value, stack
+from tests.proxy_harness import Stack, metric_value, stack, wait_until
 
 MODEL = "Qwen/Qwen3-32B"
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -210,6 +210,9 @@ def test_passthrough_of_other_v1_routes(s: Stack) -> None:
 def test_failover_when_a_pool_is_down() -> None:
     # health checks slow enough that requests, not the checker, find the dead pool first
     with stack(4, health_interval=30.0) as st:
+        # the first check runs at start-up: let it pass first, or it may be what finds the pool dead
+        pools = st.proxy.server.config.app.state.proxy.gk.pools
+        assert wait_until(lambda: all(r.checked_at > 0 for pool in pools for r in pool.replicas.values()))
         st.on.server.should_exit = True
         st.on.thread.join(timeout=10)
         for _ in range(5):

@@ -17,7 +17,7 @@ from lab.servers import ServerProcess, ServerThread
 from proxy.app import create_app
 from proxy.config import ConfigError, load_settings
 from tests.conftest import emulator
-from tests.proxy_harness import stack
+from tests.proxy_harness import stack, wait_until
 
 MODEL = "Qwen/Qwen3-32B"
 USER = [{"role": "user", "content": "hello"}]
@@ -134,14 +134,8 @@ def test_dns_names_resolve_to_replicas() -> None:
             {"name": "spec-off", "urls": [off.url]}], health_interval=0.2, log_requests=False)
         app = create_app(settings)
         with ServerThread(app) as proxy:
-            deadline = time.monotonic() + 5
-            replicas: list[str] = []
-            while time.monotonic() < deadline:
-                replicas = list(app.state.proxy.gk.pool("spec-on").replicas)
-                if any("127.0.0.1" in r for r in replicas):
-                    break
-                time.sleep(0.1)
-            assert f"http://127.0.0.1:{port}" in replicas
+            pool = app.state.proxy.gk.pool("spec-on")
+            assert wait_until(lambda: f"http://127.0.0.1:{port}" in pool.replicas), list(pool.replicas)
             r = httpx.post(f"{proxy.url}/v1/chat/completions", json={"model": MODEL, "messages": USER, "max_tokens": 2})
             assert r.status_code == 200
 
@@ -169,7 +163,4 @@ def test_a_failing_gate_or_recorder_never_costs_the_client_its_answer() -> None:
                 assert r.status_code == 200 and r.headers["x-draftgate-route"] == "spec-off"
                 assert "the gate failed" not in r.text  # the client sees the backend's answer, nothing else
         assert st.metric("draftgate_gate_errors_total") == 2
-        deadline = time.monotonic() + 5
-        while any(p.inflight for p in proxy.gk.pools) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert all(p.inflight == 0 for p in proxy.gk.pools)
+        assert wait_until(lambda: all(p.inflight == 0 for p in proxy.gk.pools))
