@@ -287,7 +287,7 @@ def test_client_disconnect_cancels_a_non_streamed_request_quickly() -> None:
                 except httpx.ReadTimeout:
                     pass  # the client gives up and closes its connection
                 start = time.perf_counter()
-                while time.perf_counter() - start < 2:
+                while time.perf_counter() - start < 5:
                     running = 0.0
                     for backend in (st.on, st.off):
                         text = (await h.get(f"{backend.url}/metrics")).text
@@ -296,7 +296,8 @@ def test_client_disconnect_cancels_a_non_streamed_request_quickly() -> None:
                         return time.perf_counter() - start
                     await asyncio.sleep(0.01)
                 return 99.0
-        assert asyncio.run(run()) < 0.2
+        # the answer would take seconds more; the bound is loose for a busy CI machine
+        assert asyncio.run(run()) < 1.0
         assert st.metric("draftgate_requests_total", status="499") == 1
 
 
@@ -311,10 +312,10 @@ def test_client_disconnect_cancels_upstream_quickly() -> None:
                         break
                 backend = st.on.url if route == "spec-on" else st.off.url
                 start = time.perf_counter()
-                while time.perf_counter() - start < 2:
+                while time.perf_counter() - start < 5:
                     running = metric_value((await h.get(f"{backend}/metrics")).text, "vllm:num_requests_running")
                     if running == 0:
                         return time.perf_counter() - start
                     await asyncio.sleep(0.01)
                 return 99.0
-        assert asyncio.run(run()) < 0.2
+        assert asyncio.run(run()) < 1.0
