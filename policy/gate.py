@@ -29,7 +29,7 @@ Mode = Literal["auto", "always_on", "always_off"]
 CAUSES = ("unsupported_sampling", "n_gt_1", "mode", "capacity", "hysteresis", "health")  # strongest first
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PoolView:
     """What the gate needs to know of a pool right now."""
 
@@ -52,7 +52,7 @@ class PoolView:
         return self.running >= self.max_num_seqs
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GatePolicy:
     mode: Mode = "auto"
     margin: float = 0.0  # speculation must cost at least this fraction less than the plain pool
@@ -60,7 +60,7 @@ class GatePolicy:
     queue_penalty_passes: float = 25.0  # target passes of delay charged per waiting request
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Affinity:
     """Where the conversation's prefix is cached, and how many prompt tokens it covers."""
 
@@ -68,7 +68,7 @@ class Affinity:
     cached_tokens: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PoolCost:
     pool: str
     saving: float  # predicted speculative saving on this pool (0 for plain pools)
@@ -81,7 +81,7 @@ class PoolCost:
     batch: float = 1.0  # running requests including this one, when decided
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True)  # no slots: break_even is remembered in a cached_property
 class Decision:
     route: str
     predicted_saving: float

@@ -34,7 +34,7 @@ _ROOT_TOLERANCE = 1e-13
 _NEGLIGIBLE_MASS = 1e-12
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ClassMix:
     """Mass fractions of a request's output tokens: schema, reasoning, prose."""
 
@@ -62,7 +62,7 @@ class ClassMix:
         return ((name, getattr(self, name)) for name in CLASSES)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ClassRho:
     """Per-class predictability ``rho_c = exp(-H_c)``, each in (0, 1]."""
 
@@ -87,7 +87,7 @@ class ClassRho:
         return float(getattr(self, name))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Drafter:
     """What one speculation pool costs: depth ``gamma``, verification overhead
     ``delta`` per draft token (relative to a target decode pass), and draft cost
@@ -127,7 +127,7 @@ def rounds_per_token(mix: ClassMix, taus: Mapping[str, float]) -> float:
     return mix.s / (taus["s"] + 1.0) + mix.r / (taus["r"] + 1.0) + mix.f / (taus["f"] + 1.0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Prediction:
     """The law's answer for one request under one combination rule."""
 
@@ -138,7 +138,7 @@ class Prediction:
     net_cost_ratio: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SpanPrediction:
     """The span form: each class has its own acceptance and tau."""
 
@@ -150,7 +150,7 @@ class SpanPrediction:
     net_cost_ratio: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BreakEvenWs:
     """The schema fraction at which speculation breaks even for a given R:F split.
 

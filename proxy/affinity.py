@@ -14,21 +14,21 @@ from dataclasses import dataclass
 from typing import Any
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Placement:
     pool: str
     replica: str
     prompt_tokens: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Match:
     placement: Placement
     cached_tokens: float
     via: str  # "prefix" or "session"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Conversation:
     """What identifies a request's conversation: its prefix chain and its session.
 

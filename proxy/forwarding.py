@@ -54,7 +54,7 @@ class UpstreamUnavailable(Exception):
         self.status = status
 
 
-@dataclass
+@dataclass(slots=True)
 class Upstream:
     response: UpstreamResponse
     pool: Pool

@@ -22,7 +22,7 @@ from proxy.pools import Pool, PoolSet
 log = logging.getLogger("draftgate.gate")
 
 
-@dataclass
+@dataclass(slots=True)
 class Plan:
     body: dict[str, Any]
     endpoint: str

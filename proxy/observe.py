@@ -16,7 +16,7 @@ from typing import Any
 from policy.structure import ObservedStructure, TextParts, measure_parts
 
 
-@dataclass
+@dataclass(slots=True)
 class Observation:
     started: float = field(default_factory=time.perf_counter)
     parts: TextParts = field(default_factory=TextParts)

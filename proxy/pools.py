@@ -15,7 +15,7 @@ from policy.gate import PoolView
 from proxy.config import PoolConfig
 
 
-@dataclass
+@dataclass(slots=True)
 class Replica:
     url: str
     healthy: bool = True  # optimistic until the first check says otherwise

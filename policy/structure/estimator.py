@@ -33,7 +33,7 @@ _STOP_STEMS = frozenset(w[:5] for w in (
 ).split())
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ClassTokens:
     s: float = 0.0
     r: float = 0.0
@@ -47,7 +47,7 @@ class ClassTokens:
         return {"s": self.s, "r": self.r, "f": self.f}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StructureEstimate:
     """What the gate knows of a request's output before it runs."""
 
@@ -92,7 +92,7 @@ class StructureEstimate:
         }
 
 
-@dataclass
+@dataclass(slots=True)
 class _Draft:
     """Accumulates the estimate while the signals are read."""
 

@@ -72,7 +72,7 @@ def _tools_signature(tools: Any) -> str:
     return ";".join(parts)
 
 
-@dataclass
+@dataclass(slots=True)
 class ShapeStats:
     count: int = 0
     tokens_s: float = 0.0

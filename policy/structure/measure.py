@@ -20,7 +20,7 @@ class TokenCounter(Protocol):
     def count(self, text: str) -> int: ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ObservedStructure:
     tokens: ClassTokens
     chars: ClassTokens
@@ -41,7 +41,7 @@ class ObservedStructure:
         return self.tokens.f / self.total_tokens if self.total_tokens > 0 else 0.0
 
 
-@dataclass
+@dataclass(slots=True)
 class TextParts:
     """The text of one response by class, accumulated from a body or stream deltas."""
 

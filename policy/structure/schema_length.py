@@ -27,7 +27,7 @@ _TYPE_ALIASES = {"dict": "object", "float": "number", "int": "integer", "bool": 
                  "str": "string", "list": "array", "tuple": "array"}
 
 
-@dataclass
+@dataclass(slots=True)
 class SchemaWalk:
     """Carries the limits and what was ignored through one walk."""
 
