@@ -48,8 +48,8 @@ class Replica:
     def mark_failed(self, backoff_cap: float = 30.0) -> None:
         self.failures += 1
         self.healthy = False
-        self.checked_at = time.monotonic()
-        self.next_check = time.monotonic() + min(backoff_cap, 0.25 * 2 ** min(self.failures, 8))
+        self.checked_at = now = time.monotonic()
+        self.next_check = now + min(backoff_cap, 0.25 * 2 ** min(self.failures, 8))
 
     def mark_ok(self) -> None:
         self.failures = 0

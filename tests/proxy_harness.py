@@ -42,7 +42,7 @@ def metric_value(text: str, name: str, **labels: str) -> float:
 
 
 def wait_until(condition: Callable[[], bool], seconds: float = 5.0) -> bool:
-    """Poll until ``condition()`` holds or ``seconds`` pass; returns its last value for the caller to assert."""
+    """Poll until ``condition()`` holds or ``seconds`` pass; says whether it came to hold, for the caller to assert."""
     deadline = time.monotonic() + seconds
     while not condition():
         if time.monotonic() > deadline:
