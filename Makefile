@@ -28,6 +28,7 @@ bench: $(STAMP)
 	$(BIN)/python -m lab.bench_estimate
 	$(BIN)/python -m lab.bfcl_accuracy
 	$(BIN)/python -m lab.bench_proxy
+	$(BIN)/python -m lab.trace_proxy
 
 clean:
 	rm -rf $(VENV) build *.egg-info demo-output
