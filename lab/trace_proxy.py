@@ -125,6 +125,8 @@ def install_timers(samples: list[dict[str, float]]) -> None:
 
 
 def stage_times(marks: dict[str, float]) -> dict[str, float]:
+    """One request's stage durations from its marks (durations and timestamps mixed).
+    The time before planning ends where the estimate starts: its end less its own time."""
     spans = {
         "to_plan": ("entered", "estimate_end", "estimate"),
         "plan_to_upstream": ("decide_end", "sent", None),
