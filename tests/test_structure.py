@@ -261,17 +261,9 @@ def test_type_lists_and_odd_type_values_are_sized() -> None:
     assert e.expected_tokens.s == pytest.approx(plain.expected_tokens.s, rel=0.2)
 
 
-@settings(max_examples=300, deadline=None)
-@given(schema_values)
-def test_fuzz_schema_shaped_json_as_tool_schema(schema: Any) -> None:
-    e = estimate(body(tools=[{"type": "function", "function": {"name": "f", "parameters": schema}}],
-                      tool_choice="required"))
-    assert e.w_s == 1.0 and e.expected_tokens.s > 0
-
-
-@settings(max_examples=200, deadline=None)
-@given(json_values)
-def test_fuzz_arbitrary_json_as_tool_schema(schema: Any) -> None:
+@settings(max_examples=500, deadline=None)
+@given(schema_values | json_values)
+def test_fuzz_schema_shaped_and_arbitrary_json_as_tool_schema(schema: Any) -> None:
     e = estimate(body(tools=[{"type": "function", "function": {"name": "f", "parameters": schema}}],
                       tool_choice="required"))
     assert e.w_s == 1.0 and e.expected_tokens.s > 0
