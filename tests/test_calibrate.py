@@ -15,9 +15,9 @@ from lab.emulator.faults import Faults
 from lab.emulator.profile import EngineProfile
 from lab.servers import ServerThread
 from lab.workloads.agent import mixed_requests
-from proxy.calibration_file import load_calibration, save_calibration
 from policy.gate import PoolView, predicted_taus
 from proxy.app import create_app
+from proxy.calibration_file import load_calibration, save_calibration
 from proxy.config import load_settings
 from tests.conftest import emulator
 from tests.proxy_harness import metric_value
@@ -106,15 +106,15 @@ def test_r4_catches_an_injected_mismatch_and_the_report_renders(tmp_path: Path) 
 
 def test_resumes_after_interruption(tmp_path: Path) -> None:
     with emulator(505, True, time_scale=0.02) as on, emulator(505, False, time_scale=0.02) as off:
+        def served() -> float:
+            return sum(metric_value(httpx.get(f"{u}/metrics").text, "vllm:generation_tokens_total")
+                       for u in (on.url, off.url))
+
         plan = small_plan(on.url, off.url, ["A"], requests=3)
         state_path = tmp_path / "state.jsonl"
         protocol.execute(plan, state_path)
         lines = state_path.read_text().splitlines()
         state_path.write_text("\n".join(lines[:-2]) + "\n")  # as if stopped two runs early
-        def served() -> float:
-            return sum(metric_value(httpx.get(f"{u}/metrics").text, "vllm:generation_tokens_total")
-                       for u in (on.url, off.url))
-
         before = served()
         protocol.execute(plan, state_path)  # resumes: only the two missing runs
         assert len(state_path.read_text().splitlines()) == len(lines)
@@ -122,6 +122,7 @@ def test_resumes_after_interruption(tmp_path: Path) -> None:
         before = served()
         protocol.execute(plan, state_path)  # complete: nothing runs again
         assert served() == before
+
 
 def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "proxy.cli.main", "calibrate", "--spec-on", "http://127.0.0.1:9",
