@@ -165,6 +165,8 @@ class Proxy:
 
     async def _settle_later(self, plan: Plan, upstream: Upstream, observation: Observation, status: int,
                             content: bytes, overhead: float) -> None:
+        # async only so that BackgroundTask runs it on the event loop: a plain function
+        # would go to a worker thread, racing the loop over the learner and the metrics
         self._settle(plan, upstream, observation, status, content, overhead)
 
     def _settle(self, plan: Plan, upstream: Upstream, observation: Observation, status: int, content: bytes,
