@@ -9,11 +9,11 @@ cannot be understood is ignored and named in the reasons, never raised.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from policy.structure.priors import DEFAULT_PRIORS, StructurePriors
+from policy.structure.relevance import unrelated_to_tools
 from policy.structure.sampling import NO_DEFAULTS, SamplingDefaults, effective, speculation_blockers
 from policy.structure.schema_length import SchemaWalk, expected_json_chars
 
@@ -24,13 +24,6 @@ _THINKING_FIELDS = frozenset({"chat_template_kwargs", "reasoning_effort", "enabl
 _FORMAT_FIELDS = frozenset({"structured_outputs", "response_format"})
 _EFFORTS = {"low", "medium", "high"}
 _NO_THINKING_EFFORTS = {"none", "minimal"}
-_WORD = re.compile(r"[a-z]{4,}")
-# Words too common to say whether a question concerns a tool; compared on 5-letter stems.
-_STOP_STEMS = frozenset(w[:5] for w in (
-    "what with from that this have will your about which their there would could should into than "
-    "then them they been were when where also some more most such only other over under using find "
-    "calculate give tell need want please"
-).split())
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,7 +307,7 @@ def _read_tools(body: dict[str, Any], draft: _Draft) -> None:
     if choice != "auto":
         draft.note(f"tool_choice {str(choice)[:40]!r} not understood: treated as auto")
     p_call = p.p_call_after_tool if after_tool else p.p_call_auto
-    unrelated = not after_tool and _unrelated_to_tools(messages, tools)
+    unrelated = not after_tool and unrelated_to_tools(messages, tools)
     if unrelated:
         p_call = p.p_call_unrelated
         draft.note("the user's words share none with the tools' names and descriptions: a call is unlikely")
@@ -394,42 +387,6 @@ def _schema_tokens(schema: dict[str, Any], draft: _Draft) -> float:
     for n in sorted(notes):
         draft.note(n)
     return max(1.0, chars / draft.priors.json_chars_per_token)
-
-
-def _unrelated_to_tools(messages: Any, tools: list[Any]) -> bool:
-    """True when the last user message shares no content word with any tool.
-
-    BFCL's irrelevance cases are mostly like this; relevant questions almost
-    never are. Words are compared on 5-letter stems, descriptions cut at 200
-    characters, to keep this cheap beside parsing the body.
-    """
-    if not isinstance(messages, list):
-        return False
-    text = next(
-        (m.get("content") for m in reversed(messages) if isinstance(m, dict) and m.get("role") == "user"), None
-    )
-    if not isinstance(text, str) or not text:
-        return False
-    asked = {w[:5] for w in _WORD.findall(text[:2000].lower())} - _STOP_STEMS
-    if not asked:
-        return False
-    # Tools are read eight at a time: a regex pass per tool costs more than its words,
-    # and a relevant question usually shares a word with one of the first few.
-    offered: list[str] = []
-    for i, tool in enumerate(tools[:512], 1):
-        fn = tool.get("function") if isinstance(tool, dict) else None
-        if isinstance(fn, dict):
-            name, description = fn.get("name"), fn.get("description")
-            if isinstance(name, str):
-                offered.append(name)
-            if isinstance(description, str):
-                offered.append(description[:200])
-        if offered and (i % 8 == 0 or i == len(tools) or i == 512):
-            words = " ".join(offered).replace("_", " ").lower()
-            if not asked.isdisjoint({w[:5] for w in _WORD.findall(words)}):
-                return False
-            offered.clear()
-    return True
 
 
 def _conversation(messages: Any) -> tuple[bool, bool]:
