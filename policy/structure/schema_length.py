@@ -8,7 +8,6 @@ guard on ``$ref``) because the schema comes from the client.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -195,12 +194,23 @@ class SchemaWalk:
             self.resolving.discard(ref)
 
 
-@functools.lru_cache(maxsize=8)
+# Keyed by identity: hashing a pydantic model field by field costs more than a
+# whole walk of a small tool schema. Priors are frozen and few (one per config).
+_LEAF_SIZES: dict[int, tuple[StructurePriors, dict[Any, float]]] = {}
+
+
 def _leaf_sizes(priors: StructurePriors) -> dict[Any, float]:
+    cached = _LEAF_SIZES.get(id(priors))
+    if cached is not None and cached[0] is priors:
+        return cached[1]
     string = priors.string_value_chars + 2.0
     number = priors.number_value_chars
-    return {"string": string, "str": string, "integer": number, "int": number, "number": number,
-            "float": number, "boolean": 4.5, "bool": 4.5, "null": 4.0}
+    sizes = {"string": string, "str": string, "integer": number, "int": number, "number": number,
+             "float": number, "boolean": 4.5, "bool": 4.5, "null": 4.0}
+    if len(_LEAF_SIZES) >= 8:
+        _LEAF_SIZES.clear()
+    _LEAF_SIZES[id(priors)] = (priors, sizes)
+    return sizes
 
 
 def expected_json_chars(schema: Any, priors: StructurePriors) -> tuple[float, set[str]]:
