@@ -14,6 +14,7 @@ import openai
 from lab.servers import ServerThread
 from proxy.app import create_app
 from proxy.config import load_settings
+from proxy.serving import UVICORN_OPTIONS
 from tests.conftest import emulator
 
 
@@ -51,6 +52,11 @@ def wait_until(condition: Callable[[], bool], seconds: float = 5.0) -> bool:
     return True
 
 
+def proxy_server(app: Any) -> ServerThread:
+    """The proxy app under uvicorn with the options ``draftgate serve`` uses."""
+    return ServerThread(app, options=UVICORN_OPTIONS)
+
+
 def proxy_settings(on_url: str, off_url: str, **overrides: Any):  # type: ignore[no-untyped-def]
     spec_pool = {"name": "spec-on", "urls": [on_url], "speculation": {"gamma": 8},
                  "max_num_seqs": overrides.pop("spec_max_num_seqs", 256),
@@ -72,5 +78,5 @@ def stack(seed: int = 1, *, on_kwargs: dict[str, Any] | None = None, off_kwargs:
     with emulator(seed, True, profile_seed=seed, **(on_kwargs or {})) as on, \
             emulator(seed, False, profile_seed=seed, **(off_kwargs or {})) as off:
         app = create_app(proxy_settings(on.url, off.url, **overrides))
-        with ServerThread(app) as proxy:
+        with proxy_server(app) as proxy:
             yield Stack(proxy, on, off)

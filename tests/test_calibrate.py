@@ -13,14 +13,13 @@ from lab.calibrate import protocol
 from lab.calibrate.report import verdicts, write_report
 from lab.emulator.faults import Faults
 from lab.emulator.profile import EngineProfile
-from lab.servers import ServerThread
 from lab.workloads.agent import mixed_requests
 from policy.gate import PoolView, predicted_taus
 from proxy.app import create_app
 from proxy.calibration_file import load_calibration, save_calibration
 from proxy.config import load_settings
 from tests.conftest import emulator
-from tests.proxy_harness import metric_value
+from tests.proxy_harness import metric_value, proxy_server
 
 SCALE = 0.2  # slow enough that timing is measurable on a shared machine
 MODEL = "Qwen/Qwen3-32B"
@@ -72,7 +71,7 @@ def test_the_gate_with_the_file_is_no_worse_than_always_on_or_off(tmp_path: Path
                 {"name": "spec-on", "urls": [on.url], "speculation": {"gamma": 8}},
                 {"name": "spec-off", "urls": [off.url]}], calibration_file=str(tmp_path / "cal.yaml"),
                 default_policy={"mode": mode}, exploration_share=0.0, log_requests=False)
-            with ServerThread(create_app(settings)) as proxy:
+            with proxy_server(create_app(settings)) as proxy:
                 import random
 
                 tokens = 0

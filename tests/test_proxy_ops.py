@@ -13,11 +13,11 @@ import httpx
 import pytest
 import yaml
 
-from lab.servers import ServerProcess, ServerThread
+from lab.servers import ServerProcess
 from proxy.app import create_app
 from proxy.config import ConfigError, load_settings
 from tests.conftest import emulator
-from tests.proxy_harness import stack, wait_until
+from tests.proxy_harness import proxy_server, stack, wait_until
 
 MODEL = "Qwen/Qwen3-32B"
 USER = [{"role": "user", "content": "hello"}]
@@ -81,7 +81,7 @@ def test_reload_endpoint_needs_the_admin_token(tmp_path: Path) -> None:
                             {"name": "spec-off", "urls": [off.url]}], "admin_token": "s3cret", "log_requests": False}
         cfg.write_text(yaml.safe_dump(config))
         app = create_app(load_settings(cfg), reload_settings=lambda: load_settings(cfg))
-        with ServerThread(app) as proxy:
+        with proxy_server(app) as proxy:
             assert httpx.post(f"{proxy.url}/draftgate/reload").status_code == 401
             config["pools"][0]["speculation"]["gamma"] = 4
             cfg.write_text(yaml.safe_dump(config))
@@ -101,7 +101,7 @@ def test_reload_keeps_in_flight_requests(tmp_path: Path) -> None:
                             {"name": "spec-off", "urls": [off.url]}], "admin_token": "t", "log_requests": False}
         cfg.write_text(yaml.safe_dump(config))
         app = create_app(load_settings(cfg), reload_settings=lambda: load_settings(cfg))
-        with ServerThread(app) as proxy:
+        with proxy_server(app) as proxy:
             async def run() -> int:
                 async with httpx.AsyncClient(timeout=60) as h:
                     slow = asyncio.ensure_future(h.post(f"{proxy.url}/v1/chat/completions", json={
@@ -133,7 +133,7 @@ def test_dns_names_resolve_to_replicas() -> None:
              "dns_refresh_seconds": 0.2},
             {"name": "spec-off", "urls": [off.url]}], health_interval=0.2, log_requests=False)
         app = create_app(settings)
-        with ServerThread(app) as proxy:
+        with proxy_server(app) as proxy:
             pool = app.state.proxy.gk.pool("spec-on")
             assert wait_until(lambda: f"http://127.0.0.1:{port}" in pool.replicas), list(pool.replicas)
             r = httpx.post(f"{proxy.url}/v1/chat/completions", json={"model": MODEL, "messages": USER, "max_tokens": 2})

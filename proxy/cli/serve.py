@@ -44,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from proxy import logs
     from proxy.app import create_app
     from proxy.config import ConfigError, load_settings
+    from proxy.serving import UVICORN_OPTIONS
 
     if not args.config and not (args.spec_on or args.spec_off):
         raise CliError("give --config FILE, or --spec-on URL and --spec-off URL")
@@ -61,8 +62,5 @@ def run(args: argparse.Namespace) -> int:
     pools = ", ".join(f"{p.name} ({'gamma=' + str(p.speculation.gamma) if p.speculation else 'plain'})"
                       for p in settings.pools)
     print(f"draftgate: serving on http://{settings.host}:{settings.port}/v1 in front of {pools}", flush=True)
-    # proxy_headers off: draftgate never reads the client's address, so X-Forwarded-* rewriting
-    # would only cost time on every request
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
-                server_header=False, proxy_headers=False, timeout_graceful_shutdown=30)
+    uvicorn.run(app, host=settings.host, port=settings.port, **UVICORN_OPTIONS)
     return 0
