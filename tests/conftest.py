@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import os
 
 import pytest
 from hypothesis import settings as hypothesis_settings
