@@ -5,8 +5,9 @@
 Starts two emulated pools, speculation on and off, and a proxy in front of
 both, as deployed (every process separate, as an operator runs them). For each
 load it asks the proxy once which pool the gate picks, then drives an open-loop
-load at a fixed rate, directly against that pool and through the proxy in
-alternating phases, and prints latency p50/p99 and achieved throughput side by side:
+load at a fixed rate, directly against that pool, through ``lab.relay`` (a
+process that only pipes bytes: the floor any proxy pays on this machine) and
+through the proxy, in turn, and prints latency p50/p99 and achieved throughput side by side:
 non-streamed (a one-token answer, so the backend's own time is small) and
 streamed (256 tokens; total time per stream). The proxy runs at its default
 log level, writing its JSON line per request.
@@ -98,9 +99,9 @@ def main() -> None:
     parser.add_argument("--stream-rate", type=float, default=20.0)
     parser.add_argument("--stream-seconds", type=float, default=10.0)
     parser.add_argument("--phases", type=int, default=1,
-                        help="alternate direct and proxied load this many times (each phase shorter)")
+                        help="alternate the paths this many times (each phase shorter)")
     args = parser.parse_args()
-    rows = []
+    results = []
     # non-streamed: a fast backend, so the proxy's own cost is visible; streamed: tokens
     # at 10x an H200's real pace for one 32B stream (256 tokens in ~0.5 s)
     for label, body, rate, seconds, scale in (
@@ -113,31 +114,50 @@ def main() -> None:
             with ServerProcess(["serve", "--spec-on", on.url, "--spec-off", off.url]) as proxy:
                 route = route_of(proxy.url, body)
                 backend = on if route == "spec-on" else off
-                # --phases N alternates the paths, so a slow spell of a shared machine falls on
-                # both; one long phase each (the default) measures the proxy in its steady state
-                direct, via, direct_rps, via_rps = [], [], [], []
-                proxy_cpu = 0.0
-                for _ in range(args.phases):
-                    latencies, rps = asyncio.run(load(backend.url, body, rate, seconds / args.phases))
-                    direct += latencies
-                    direct_rps.append(rps)
-                    before = cpu_seconds(proxy)
-                    latencies, rps = asyncio.run(load(proxy.url, body, rate, seconds / args.phases))
-                    proxy_cpu += cpu_seconds(proxy) - before
-                    via += latencies
-                    via_rps.append(rps)
-                rows.append((f"{label} ({route})", direct, statistics.mean(direct_rps), via, statistics.mean(via_rps),
-                             proxy_cpu / len(via)))
+                with ServerProcess(["--to", backend.url], module="lab.relay") as relay:
+                    paths = {"direct": LoadPath(backend.url), "relay": LoadPath(relay.url, relay),
+                             "proxy": LoadPath(proxy.url, proxy)}
+                    # --phases N alternates the paths, so a slow spell of a shared machine falls on
+                    # all; one long phase each (the default) measures each in its steady state
+                    for _ in range(args.phases):
+                        for path in paths.values():
+                            path.run(body, rate, seconds / args.phases)
+                results.append((f"{label} ({route})", paths))
     # CPU per request is the steadier figure on a shared machine: latency moves with the neighbours
-    print(f"{'load':>27} {'path':>7} {'p50 ms':>9} {'p99 ms':>9} {'req/s':>8} {'proxy CPU ms/req':>17}")
-    for label, direct, direct_rps, via, via_rps, cpu in rows:
-        for path, lat, rps in (("direct", direct, direct_rps), ("proxy", via, via_rps)):
-            spent = f"{cpu * 1000:>17.2f}" if path == "proxy" and cpu == cpu else ""
-            print(f"{label:>27} {path:>7} {pct(lat, 50) * 1000:>9.2f} {pct(lat, 99) * 1000:>9.2f} {rps:>8.1f} {spent}")
-        added50 = (pct(via, 50) - pct(direct, 50)) * 1000
-        added99 = (pct(via, 99) - pct(direct, 99)) * 1000
-        ratio = statistics.mean(via) / statistics.mean(direct) - 1
-        print(f"{label:>27} {'added':>7} {added50:>9.2f} {added99:>9.2f}   (mean time {ratio:+.1%})")
+    print(f"{'load':>27} {'path':>14} {'p50 ms':>9} {'p99 ms':>9} {'req/s':>8} {'CPU ms/req':>11}")
+    for label, paths in results:
+        for name, path in paths.items():
+            cpu = f"{path.cpu_per_request * 1000:>11.2f}" if path.server is not None else ""
+            print(f"{label:>27} {name:>14} {pct(path.latencies, 50) * 1000:>9.2f} "
+                  f"{pct(path.latencies, 99) * 1000:>9.2f} {statistics.mean(path.rps):>8.1f} {cpu}")
+        direct, relay, via = paths["direct"].latencies, paths["relay"].latencies, paths["proxy"].latencies
+        for name, base in (("added", direct), ("beyond relay", relay)):
+            added50 = (pct(via, 50) - pct(base, 50)) * 1000
+            added99 = (pct(via, 99) - pct(base, 99)) * 1000
+            ratio = statistics.mean(via) / statistics.mean(base) - 1
+            print(f"{label:>27} {name:>14} {added50:>9.2f} {added99:>9.2f}   (mean time {ratio:+.1%})")
+
+
+class LoadPath:
+    """One way to the backend, with what its load measured."""
+
+    def __init__(self, url: str, server: ServerProcess | None = None) -> None:
+        self.url, self.server = url, server
+        self.latencies: list[float] = []
+        self.rps: list[float] = []
+        self.cpu = 0.0
+
+    def run(self, body: dict[str, Any], rate: float, seconds: float) -> None:
+        before = cpu_seconds(self.server) if self.server else 0.0
+        latencies, rps = asyncio.run(load(self.url, body, rate, seconds))
+        if self.server:
+            self.cpu += cpu_seconds(self.server) - before
+        self.latencies += latencies
+        self.rps.append(rps)
+
+    @property
+    def cpu_per_request(self) -> float:
+        return self.cpu / len(self.latencies) if self.latencies else float("nan")
 
 
 if __name__ == "__main__":

@@ -55,11 +55,12 @@ def wait_healthy(url: str, timeout: float = 30.0, process: subprocess.Popen[Any]
 class ServerThread:
     """An ASGI app under uvicorn in a background thread, on a real socket."""
 
-    def __init__(self, app: Any, port: int | None = None) -> None:
+    def __init__(self, app: Any, port: int | None = None, options: dict[str, Any] | None = None) -> None:
+        """``options``: more uvicorn.Config settings (the proxy's are ``proxy.serving.UVICORN_OPTIONS``)."""
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                                    access_log=False, lifespan="on"))
+        settings = {"log_level": "warning", "access_log": False, **(options or {})}
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, lifespan="on", **settings))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> ServerThread:
@@ -77,12 +78,13 @@ class ServerThread:
 
 
 class ServerProcess:
-    """``draftgate <subcommand> ...`` as a child process."""
+    """``draftgate <subcommand> ...`` as a child process (or ``python -m <module> ...``)."""
 
-    def __init__(self, args: list[str], port: int | None = None, health_timeout: float = 60.0) -> None:
+    def __init__(self, args: list[str], port: int | None = None, health_timeout: float = 60.0,
+                 module: str = "proxy.cli.main") -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.args = [sys.executable, "-m", "proxy.cli.main", *args, "--port", str(self.port)]
+        self.args = [sys.executable, "-m", module, *args, "--port", str(self.port)]
         self.health_timeout = health_timeout
         self.process: subprocess.Popen[str] | None = None
         # a file, not a pipe: a chatty server must never block on a full pipe
