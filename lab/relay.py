@@ -26,6 +26,7 @@ class _Side(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer: _Side | None = None
         self.early: list[bytes] = []  # bytes that arrived before the peer was connected
+        self.connecting: asyncio.Task[None] | None = None  # held here: the loop keeps tasks only weakly
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -69,7 +70,7 @@ async def serve(port: int, host: str, target_port: int) -> None:
                 upstream.transport.write(data)
             client.early.clear()
 
-        loop.create_task(connect())
+        client.connecting = loop.create_task(connect())
         return client
 
     server = await loop.create_server(accepted, "127.0.0.1", port)
