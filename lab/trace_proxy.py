@@ -169,8 +169,8 @@ def main() -> None:
     emulate = ["emulate", "--enable-force-include-usage", "--time-scale", "0.002", "--max-num-seqs", "1024"]
     out = Path(tempfile.gettempdir()) / f"draftgate-trace-{os.getpid()}.json"
     with ServerProcess(emulate) as on, ServerProcess(emulate) as off:
-        proxy = ServerProcess(["serve", "--spec-on", on.url, "--spec-off", off.url])
-        proxy.args = [sys.executable, "-m", "lab.trace_proxy", "--serve-traced", str(out), *proxy.args[3:]]
+        proxy = ServerProcess(["--serve-traced", str(out), "serve", "--spec-on", on.url, "--spec-off", off.url],
+                              module="lab.trace_proxy")
         with proxy:
             latencies, _ = asyncio.run(load(proxy.url, BODY, args.rate, args.seconds))
             assert proxy.process is not None
