@@ -9,10 +9,14 @@ import time
 from typing import Any, TextIO
 
 
+def _line(level: str, logger: str, message: str) -> dict[str, Any]:
+    """The fields every line starts with, whichever way it is written."""
+    return {"ts": round(time.time(), 3), "level": level, "logger": logger, "message": message}
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        out = {"ts": round(time.time(), 3), "level": record.levelname.lower(), "logger": record.name,
-               "message": record.getMessage()}
+        out = _line(record.levelname.lower(), record.name, record.getMessage())
         fields = getattr(record, "fields", None)
         if isinstance(fields, dict):
             out.update(fields)
@@ -40,8 +44,8 @@ class RequestLog:
         stream = cls.stream
         if stream is None:
             return
-        line = {"ts": round(time.time(), 3), "level": "info", "logger": "draftgate.requests", "message": "request",
-                **fields}
+        line = _line("info", "draftgate.requests", "request")
+        line.update(fields)
         stream.write(json.dumps(line, default=str) + "\n")
         stream.flush()
 
