@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from policy.calibration import Calibration, CalibrationError, Curve, dump_calibration
+from policy.gate import PoolView, predicted_taus
 from proxy.calibration_file import load_calibration, save_calibration
 
 
@@ -74,8 +75,6 @@ def test_unreadable_file(tmp_path: Path) -> None:
 
 
 def test_values_derived_from_a_calibration_follow_its_copies() -> None:
-    from policy.gate import PoolView, predicted_taus
-
     pool = PoolView("spec-on", "draft_model", gamma=8)
     base = Calibration()
     before = predicted_taus(base, pool, 0.6)
