@@ -53,8 +53,7 @@ class Proxy:
         self.upstream = UpstreamClient()  # the hot path (see proxy/upstream.py for why not httpx)
         self.client = httpx.AsyncClient(timeout=10.0)  # health checks, scrapes, model lists
         self.recorder = Recorder(self.gk)
-        self.monitor = Monitor(self.gk.pools, self.client, settings.health_interval, settings.scrape_interval,
-                               on_scrape=self.recorder.on_scrape)
+        self.monitor = Monitor(self.gk.pools, self.client, lambda: self.gk.settings, on_scrape=self.recorder.on_scrape)
         self.known_models: set[str] = set()
         self.models_checked = 0.0
         self.warn_about_attribution(settings)

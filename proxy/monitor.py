@@ -11,6 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from proxy.config import ProxySettings
 from proxy.pools import Pool, PoolSet, Replica
 
 log = logging.getLogger("draftgate.monitor")
@@ -60,12 +61,13 @@ def parse_vllm_metrics(text: str) -> dict[str, float]:
 
 
 class Monitor:
-    def __init__(self, pools: PoolSet, client: httpx.AsyncClient, health_interval: float, scrape_interval: float,
+    """The proxy's background tasks; ``settings`` is asked afresh each round, so a reload applies."""
+
+    def __init__(self, pools: PoolSet, client: httpx.AsyncClient, settings: Callable[[], ProxySettings],
                  on_scrape: Callable[[Pool, Replica, dict[str, float], bool], None] | None = None) -> None:
         self.pools = pools
         self.client = client
-        self.health_interval = health_interval
-        self.scrape_interval = scrape_interval
+        self.settings = settings
         self.on_scrape = on_scrape
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -85,12 +87,29 @@ class Monitor:
             checks = [self.check(r) for pool in self.pools for r in list(pool.replicas.values())
                       if time.monotonic() >= r.next_check]
             await asyncio.gather(*checks, return_exceptions=True)
-            await asyncio.sleep(self.health_interval)
+            await asyncio.sleep(self.settings().health_interval)
 
     async def check(self, replica: Replica) -> None:
+        """Take a replica out on a clear failure, or on repeated silence.
+
+        A connection that fails (refused, or not made in time: the kernel
+        accepts even for a busy server) or a non-200 answer acts at once, as in
+        forwarding. An answer that does not come in time is ambiguous: a
+        replica (or this proxy's event loop) busy for a moment looks the same
+        as a hung one, and taking a healthy replica out moves its traffic, and
+        its prefix cache, for nothing. So only ``health_timeouts_to_fail`` of
+        those in a row count.
+        """
+        settings = self.settings()
         try:
-            response = await self.client.get(f"{replica.url}/health", timeout=min(2.0, self.health_interval * 2))
+            response = await self.client.get(f"{replica.url}/health", timeout=settings.health_timeout)
             ok = response.status_code == 200
+        except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
+            replica.timeouts += 1
+            if replica.healthy and replica.timeouts < settings.health_timeouts_to_fail:
+                log.info("replica health check timed out", extra={"replica": replica.url})
+                return
+            ok = False
         except httpx.HTTPError:
             ok = False
         if ok:
@@ -106,7 +125,7 @@ class Monitor:
         while True:
             await asyncio.gather(*(self.scrape(pool, r) for pool in self.pools for r in list(pool.replicas.values())
                                    if r.healthy), return_exceptions=True)
-            await asyncio.sleep(self.scrape_interval)
+            await asyncio.sleep(self.settings().scrape_interval)
 
     async def scrape(self, pool: Pool, replica: Replica) -> None:
         # Quiet: nothing of ours was in flight here from the moment the scrape left until it

@@ -25,6 +25,7 @@ class Replica:
     kv_usage: float = 0.0
     scraped_at: float = 0.0
     failures: int = 0
+    timeouts: int = 0  # health checks in a row that went unanswered
     next_check: float = 0.0
     checked_at: float = 0.0  # monotonic time of the last health check, 0 before the first
     counters: dict[str, float] = field(default_factory=dict)
@@ -53,6 +54,7 @@ class Replica:
 
     def mark_ok(self) -> None:
         self.failures = 0
+        self.timeouts = 0
         self.healthy = True
         self.next_check = 0.0
         self.checked_at = time.monotonic()

@@ -164,3 +164,31 @@ def test_a_failing_gate_or_recorder_never_costs_the_client_its_answer() -> None:
                 assert "the gate failed" not in r.text  # the client sees the backend's answer, nothing else
         assert st.metric("draftgate_gate_errors_total") == 2
         assert wait_until(lambda: all(p.inflight == 0 for p in proxy.gk.pools))
+
+
+SCHEMA_CALL = {"model": MODEL, "messages": USER, "temperature": 0, "max_tokens": 8,
+               "response_format": {"type": "json_object"}}
+
+
+def test_health_checks_act_on_a_refusal_at_once_and_on_silence_only_when_repeated() -> None:
+    """A slow /health is ambiguous (busy or dead), so only repeated silence takes a
+    replica out; a 503 is the replica's own word, and takes it out on the first check."""
+    with stack(26, health_interval=0.05, health_timeout=0.1, health_timeouts_to_fail=1000) as st:
+        replica = next(iter(st.proxy.server.config.app.state.proxy.gk.pool("spec-on").replicas.values()))
+        httpx.post(f"{st.on.url}/debug/faults", json={"health_delay": 0.5})
+        assert wait_until(lambda: replica.timeouts >= 3, seconds=10), replica.timeouts
+        assert replica.healthy
+        r = httpx.post(f"{st.proxy.url}/v1/chat/completions", json=SCHEMA_CALL, timeout=30)
+        assert r.headers["x-draftgate-route"] == "spec-on"
+        httpx.post(f"{st.on.url}/debug/faults", json={"health_delay": 0.0, "health_503": True})
+        assert wait_until(lambda: not replica.healthy, seconds=10)
+        httpx.post(f"{st.on.url}/debug/faults", json={"health_503": False})
+        assert wait_until(lambda: replica.healthy, seconds=10)
+        assert replica.timeouts == 0
+    with stack(27, health_interval=0.05, health_timeout=0.1, health_timeouts_to_fail=2) as st:
+        replica = next(iter(st.proxy.server.config.app.state.proxy.gk.pool("spec-on").replicas.values()))
+        httpx.post(f"{st.on.url}/debug/faults", json={"health_delay": 0.5})
+        assert wait_until(lambda: not replica.healthy, seconds=10)
+        assert replica.timeouts >= 2
+        r = httpx.post(f"{st.proxy.url}/v1/chat/completions", json=SCHEMA_CALL, timeout=30)
+        assert r.status_code == 200 and r.headers["x-draftgate-route"] == "spec-off"

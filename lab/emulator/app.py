@@ -82,6 +82,8 @@ class Emulator:
     # ---------------------------------------------------------------- routes
 
     async def health(self, request: Request) -> Response:
+        if self.faults.health_delay:
+            await asyncio.sleep(self.faults.health_delay)
         if self.faults.health_503:
             return Response(status_code=503)
         return Response(status_code=200)
