@@ -170,7 +170,7 @@ SCHEMA_CALL = {"model": MODEL, "messages": USER, "temperature": 0, "max_tokens":
                "response_format": {"type": "json_object"}}
 
 
-def test_health_checks_act_on_a_refusal_at_once_and_on_silence_only_when_repeated() -> None:
+def test_health_checks_act_on_a_503_at_once_and_on_silence_only_when_repeated() -> None:
     """A slow /health is ambiguous (busy or dead), so only repeated silence takes a
     replica out; a 503 is the replica's own word, and takes it out on the first check."""
     with stack(26, health_interval=0.05, health_timeout=0.1, health_timeouts_to_fail=1000) as st:
