@@ -83,12 +83,12 @@ class ProxySettings(BaseSettings):
     retry_budget_floor: float = Field(5.0, ge=0.0, description="retries per second always allowed")
     queue_timeout: float = Field(2.0, ge=0.0, description="wait for capacity before shedding with 503")
     queue_depth_per_replica: int = Field(16, ge=0, description="requests beyond max_num_seqs the proxy forwards")
-    health_interval: float = Field(1.0, gt=0)
+    health_interval: float = Field(1.0, gt=0, description="seconds between health checks of a replica")
     health_timeout: float = Field(2.0, gt=0, description="a health check unanswered this long has timed out")
     health_timeouts_to_fail: int = Field(
         3, ge=1, description="consecutive unanswered checks before a replica leaves rotation; a failed "
                              "connection or a non-200 answer takes it out at once")
-    scrape_interval: float = Field(2.0, gt=0)
+    scrape_interval: float = Field(2.0, gt=0, description="seconds between reads of a replica's /metrics")
     log_requests: bool = True
     exploration_share: float = Field(0.02, ge=0.0, le=0.5, description="share sent to the pool not chosen")
     price_per_gpu_hour: float = Field(0.0, ge=0.0, description="for the money-saved counters; 0: not exported")
