@@ -105,7 +105,7 @@ class Monitor:
             response = await self.client.get(f"{replica.url}/health", timeout=settings.health_timeout)
             ok = response.status_code == 200
         except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
-            replica.timeouts += 1
+            replica.mark_unanswered()
             if replica.healthy and replica.timeouts < settings.health_timeouts_to_fail:
                 log.info("replica health check timed out", extra={"replica": replica.url})
                 return

@@ -52,6 +52,11 @@ class Replica:
         self.checked_at = now = time.monotonic()
         self.next_check = now + min(backoff_cap, 0.25 * 2 ** min(self.failures, 8))
 
+    def mark_unanswered(self) -> None:
+        """A health check went unanswered; the monitor decides whether that is enough to fail."""
+        self.timeouts += 1
+        self.checked_at = time.monotonic()
+
     def mark_ok(self) -> None:
         self.failures = 0
         self.timeouts = 0
