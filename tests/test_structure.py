@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from policy.structure import (
     QWEN3_DEFAULTS,
+    SamplingDefaults,
     StructureLearner,
     StructurePriors,
     TextParts,
@@ -216,14 +218,26 @@ def test_huge_and_deep_requests_are_bounded() -> None:
     assert time.perf_counter() - start < 10  # generous: bounded, not fast
 
 
+# integers past float range too: JSON bounds neither, and json.loads reads them
+numbers = st.floats(allow_nan=True) | st.integers() | st.sampled_from([10**400, -(10**400)])
 json_values = st.recursive(
-    st.none() | st.booleans() | st.floats(allow_nan=True) | st.integers() | st.text(max_size=20),
+    st.none() | st.booleans() | numbers | st.text(max_size=20),
     lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=12), children, max_size=6),
     max_leaves=40,
 )
 request_keys = st.sampled_from(["tools", "tool_choice", "response_format", "structured_outputs", "messages",
                                 "chat_template_kwargs", "reasoning_effort", "temperature", "max_tokens", "n",
                                 "guided_json", "logprobs", "parallel_tool_calls", "prompt", "min_p"])
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan, 10**400, -(10**400), "0.2"],
+                         ids=["inf", "-inf", "nan", "huge-int", "huge-negative-int", "string"])
+def test_numbers_no_server_runs_with_are_read_as_absent(value: Any) -> None:
+    e = estimate(body(temperature=value, max_tokens=10**400, frequency_penalty=value),
+                 defaults=SamplingDefaults(temperature=0.6))
+    assert e.temperature == 0.6 and e.temperature_from_default and not e.speculation_blockers
+    assert any("not a finite number: pool default 0.6 assumed" in r for r in e.reasons)
+    assert e.expected_tokens.total > 0 and math.isfinite(e.expected_tokens.total)
 
 
 @settings(max_examples=300, deadline=None)
@@ -233,6 +247,8 @@ def test_fuzz_request_shaped_json(raw: dict[str, Any]) -> None:
         e = estimate(raw, endpoint=endpoint)
         assert abs(e.w_s + e.w_r + e.w_f - 1.0) < 1e-9
         assert min(e.w_s, e.w_r, e.w_f) >= 0
+        # what the explain endpoint and the log line print must be strict JSON: no NaN, no infinity
+        json.dumps(e.as_dict(), allow_nan=False)
     shape_key(raw)
 
 

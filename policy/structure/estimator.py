@@ -132,7 +132,9 @@ def estimate(
         _read_legacy(body, draft)
     temperature, from_default = effective(body, "temperature", defaults)
     if from_default:
-        draft.note(f"temperature omitted: pool default {temperature:g} applies")
+        given = body.get("temperature")
+        draft.note(f"temperature omitted: pool default {temperature:g} applies" if given is None else
+                   f"temperature {str(given)[:24]!r} is not a finite number: pool default {temperature:g} assumed")
     n = body.get("n", 1)
     n = n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else 1
     if n > 1:
@@ -438,7 +440,7 @@ def _apply_cap(body: dict[str, Any], draft: _Draft) -> ClassTokens:
     for name in ("max_completion_tokens", "max_tokens"):
         value = body.get(name)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            cap = float(value)
+            cap = float(min(value, 1 << 53))  # JSON integers have no bound; floats do
             break
     if cap is None or r + s + f <= cap:
         return ClassTokens(s, r, f)

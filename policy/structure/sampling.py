@@ -9,6 +9,7 @@ speculation even on a speculation pool; for those the gate predicts zero saving.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection
 from typing import Any
 
@@ -40,8 +41,14 @@ NO_DEFAULTS = SamplingDefaults()
 def effective(body: dict[str, Any], name: str, defaults: SamplingDefaults) -> tuple[float, bool]:
     """The value a server would use for ``name``, and whether it came from the defaults."""
     value = body.get(name)
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
-        return float(value), False
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except OverflowError:  # JSON integers have no bound; floats do
+            number = math.inf
+        # NaN or infinity is no setting a server runs with: the pool's default stands in
+        if math.isfinite(number):
+            return number, False
     return float(getattr(defaults, name)), True
 
 
