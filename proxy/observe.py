@@ -16,6 +16,19 @@ from typing import Any
 from policy.structure import ObservedStructure, TextParts, measure_parts
 
 
+def parse_json(raw: bytes) -> Any:
+    """The JSON a backend sent (a body or one event's data), or None when it is not JSON.
+
+    Measuring is a side job of relaying: odd bytes from a backend (broken UTF-8,
+    an integer longer than Python converts, nesting deeper than the recursion
+    limit) must cost the measurement, never the client's response.
+    """
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return None
+
+
 @dataclass(slots=True)
 class Observation:
     started: float = field(default_factory=time.perf_counter)
@@ -40,10 +53,7 @@ class Observation:
             self.spec = metrics["speculative_decoding"]
 
     def feed_bytes(self, raw: bytes) -> None:
-        try:
-            self.feed(json.loads(raw))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            pass
+        self.feed(parse_json(raw))
 
     def measured(self, body: Any) -> ObservedStructure:
         return measure_parts(body, self.parts)

@@ -8,11 +8,10 @@ so the client sees exactly what a direct call would have returned.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from proxy.observe import Observation
+from proxy.observe import Observation, parse_json
 
 
 def client_wants_usage(body: dict[str, Any]) -> bool:
@@ -34,10 +33,7 @@ async def relay_events(chunks: AsyncIterator[bytes], observation: Observation, s
                 break
             event, buffer = buffer[: end + 2], buffer[end + 2 :]
             if event.startswith(b"data: {"):
-                try:
-                    payload = json.loads(event[6:])
-                except (json.JSONDecodeError, UnicodeDecodeError):
-                    payload = None
+                payload = parse_json(event[6:])
                 observation.feed(payload)
                 if strip_usage and _is_usage_only(payload):
                     continue

@@ -1,0 +1,56 @@
+"""proxy.relay: a backend's SSE stream reaches the client event for event, whatever its events hold."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+from proxy.observe import Observation
+from proxy.relay import relay_events
+
+
+def _event(payload: object) -> bytes:
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+CHUNK = _event({"choices": [{"index": 0, "delta": {"content": "Hello"}}]})
+USAGE_ONLY = _event({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 1}})
+DONE = b"data: [DONE]\n\n"
+# Events a measurement cannot read: json.loads raises RecursionError, ValueError
+# (an integer past the conversion limit) and UnicodeDecodeError on these.
+UNREADABLE = [
+    b"data: {\"x\": " + b"[" * 5000 + b"]" * 5000 + b"}\n\n",
+    b"data: {\"x\": 1" + b"0" * 5000 + b"}\n\n",
+    b"data: {\"x\": \"\xff\xfe\"}\n\n",
+    b"data: {not json}\n\n",
+]
+
+
+async def _split(stream: bytes, size: int) -> AsyncIterator[bytes]:
+    for start in range(0, len(stream), size):
+        yield stream[start:start + size]
+
+
+def _relay(stream: bytes, size: int, strip_usage: bool) -> tuple[list[bytes], Observation]:
+    observation = Observation()
+
+    async def collect() -> list[bytes]:
+        return [event async for event in relay_events(_split(stream, size), observation, strip_usage)]
+
+    return asyncio.run(collect()), observation
+
+
+def test_events_pass_whole_and_in_order_however_the_bytes_are_cut() -> None:
+    events = [CHUNK, *UNREADABLE, CHUNK, USAGE_ONLY, DONE]
+    for size in (1, 7, 4096, 1 << 20):
+        relayed, observation = _relay(b"".join(events), size, strip_usage=False)
+        assert relayed == events, size
+        assert observation.complete and observation.prompt_tokens == 7
+        assert "".join(observation.parts.content) == "HelloHello"  # the unreadable ones were not measured
+
+
+def test_the_usage_only_chunk_is_removed_for_clients_that_did_not_ask() -> None:
+    relayed, observation = _relay(CHUNK + USAGE_ONLY + DONE, 5, strip_usage=True)
+    assert relayed == [CHUNK, DONE]
+    assert observation.prompt_tokens == 7  # still measured
