@@ -187,7 +187,7 @@ class Emulator:
         self.received.append({"body": raw.decode("utf-8", "replace"), "headers": dict(request.headers)})
         try:
             body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:  # bad JSON or UTF-8, a huge integer, deep nesting
             raise _BadRequest(f"Invalid JSON body: {exc}") from None
         if not isinstance(body, dict):
             raise _BadRequest("The request body must be a JSON object")
@@ -214,6 +214,11 @@ class Emulator:
             raise _BadRequest("temperature must be a number between 0 and 2", param="temperature")
         if body.get("tools") is not None and not isinstance(body["tools"], list):
             raise _BadRequest("tools must be a list", param="tools")
+        choice = body.get("tool_choice")
+        if choice is not None and choice not in ("none", "auto", "required") and not (
+                isinstance(choice, dict) and isinstance(choice.get("function"), dict)
+                and isinstance(choice["function"].get("name"), str)):
+            raise _BadRequest("tool_choice must be none, auto, required or a named function", param="tool_choice")
         if not isinstance(body.get("stream", False), bool):
             raise _BadRequest("stream must be a boolean", param="stream")
         return body
