@@ -237,6 +237,10 @@ class Proxy:
             return raw, json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise BadRequest(400, f"request body is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise BadRequest(400, "request body is nested too deeply to parse") from None
+        except ValueError:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+            raise BadRequest(400, "request body has an integer too long to parse") from None
 
     @staticmethod
     def _validate(body: Any, endpoint: str) -> None:
@@ -327,7 +331,7 @@ class Proxy:
             if not isinstance(body, dict):
                 raise BadRequest(400, "request body must be a JSON object")
             endpoint = "completions" if "prompt" in body and "messages" not in body else "chat"
-            return JSONResponse(self.gk.plan(body, endpoint).explain())
+            return JSONResponse(self._plan(body, endpoint).explain())
         except BadRequest as exc:
             return openai_error(exc.status, str(exc), param=exc.param)
 

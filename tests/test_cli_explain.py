@@ -26,7 +26,13 @@ def test_explain_json(tmp_path: Path) -> None:
 def test_explain_bad_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    for path in (str(bad), str(tmp_path / "missing.json")):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 5000 + "]" * 5000)
+    long_integer = tmp_path / "long.json"
+    long_integer.write_text('{"max_tokens": 1' + "0" * 5000 + "}")
+    latin1 = tmp_path / "latin1.json"
+    latin1.write_bytes('{"messages": [{"role": "user", "content": "café"}]}'.encode("latin-1"))
+    for path in (str(bad), str(tmp_path / "missing.json"), str(deep), str(long_integer), str(latin1)):
         proc = subprocess.run([*DRAFTGATE, "explain", path], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1

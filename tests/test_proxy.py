@@ -168,6 +168,10 @@ def test_unsupported_sampling_and_n_go_plain(s: Stack) -> None:
     (b'{"messages": [{"role": "user", "content": "x"}]}', {"content-type": "text/plain"}, 415, "content type"),
     (b'{"model": "nope", "messages": [{"role": "user", "content": "x"}]}', {"content-type": "application/json"},
      404, "does not exist"),
+    # json.loads raises RecursionError and ValueError here, not JSONDecodeError
+    (b'{"messages": ' + b"[" * 5000 + b"]" * 5000 + b"}", {"content-type": "application/json"}, 400, "too deeply"),
+    (b'{"messages": [], "max_tokens": 1' + b"0" * 5000 + b"}", {"content-type": "application/json"}, 400,
+     "integer too long"),
 ])
 def test_bad_input_gets_openai_errors(s: Stack, raw: bytes, headers: dict[str, str], status: int, needle: str) -> None:
     r = httpx.post(f"{s.proxy.url}/v1/chat/completions", content=raw, headers=headers)
@@ -175,6 +179,44 @@ def test_bad_input_gets_openai_errors(s: Stack, raw: bytes, headers: dict[str, s
     error = r.json()["error"]
     assert needle in error["message"] and set(error) == {"message", "type", "param", "code"}
     assert s.client.chat.completions.create(model=MODEL, messages=USER, max_tokens=2).choices
+
+
+# Values no client should send, in every field the gate reads; 1e400 is how JSON
+# writes infinity (json.loads reads it as inf), 10**400 overflows a float.
+ODD_VALUES = [1e400, -1e400, -1, 0, 10**30, 10**400, 1e-320, "x", None, True, [], {}]
+READ_FIELDS = ["temperature", "max_tokens", "max_completion_tokens", "n", "top_p", "top_k", "min_p",
+               "frequency_penalty", "presence_penalty", "repetition_penalty", "logprobs", "top_logprobs",
+               "reasoning_effort", "parallel_tool_calls", "tool_choice", "response_format", "structured_outputs",
+               "chat_template_kwargs", "stream_options", "messages", "tools", "model", "prompt", "guided_json",
+               "guided_choice"]
+
+
+def _strict_json(text: str) -> Any:
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_odd_values_in_any_field_never_break_the_proxy() -> None:
+    """The gate assesses every such request without failing; explain answers in strict
+    JSON; the chat route answers, or passes the backend's 4xx on, in the OpenAI shape."""
+    tools = [WEATHER]
+    with stack(3) as st, httpx.Client(timeout=30) as client:
+        for field in READ_FIELDS:
+            for value in ODD_VALUES:
+                raw = json.dumps({"model": MODEL, "messages": USER, "tools": tools, field: value}).encode()
+                raw = raw.replace(b"Infinity", b"1e400")
+                case = f"{field}={str(value)[:20]}"
+                explained = client.post(f"{st.proxy.url}/draftgate/explain", content=raw,
+                                        headers={"content-type": "application/json"})
+                assert explained.status_code in (200, 400), case
+                assert "error" in _strict_json(explained.text) or explained.status_code == 200, case
+                served = client.post(f"{st.proxy.url}/v1/chat/completions", content=raw,
+                                     headers={"content-type": "application/json"})
+                assert served.status_code < 500, (case, served.text[:200])
+                if served.status_code >= 400:
+                    assert set(served.json()["error"]) >= {"message", "type", "param", "code"}, case
+        assert st.metric("draftgate_gate_errors_total") == 0
 
 
 def test_oversized_body_is_413() -> None:

@@ -22,10 +22,16 @@ def read_body(source: str) -> Any:
         text = sys.stdin.read() if source == "-" else Path(source).read_text()
     except OSError as exc:
         raise CliError(f"cannot read {source}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise CliError(f"{source} is not UTF-8 text: {exc.reason} at byte {exc.start}") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise CliError(f"{source} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise CliError(f"{source} is nested too deeply to parse") from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise CliError(f"{source} cannot be read: {exc}") from None
 
 
 def render(result: dict[str, Any]) -> str:
