@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import socket
 import time
 from collections.abc import Callable
@@ -56,7 +57,10 @@ def parse_vllm_metrics(text: str) -> dict[str, float]:
         fields = rest.split()
         if not fields:
             raise ValueError(f"metric line without a value: {line[:80]!r}")
-        values[key] = values.get(key, 0.0) + float(fields[0])
+        value = float(fields[0])
+        if not math.isfinite(value):  # one NaN would poison every cost worked out from this pool's load
+            continue
+        values[key] = values.get(key, 0.0) + value
     return values
 
 

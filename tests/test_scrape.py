@@ -71,3 +71,9 @@ def test_scrape_parser_rejects_a_line_without_a_value() -> None:
         assert "without a value" in str(exc)
     else:
         raise AssertionError("a truncated line must not read as zero")
+
+
+def test_scrape_parser_skips_samples_that_are_not_finite() -> None:
+    text = ('vllm:num_requests_running{engine="0"} NaN\nvllm:num_requests_running{engine="1"} 3\n'
+            'vllm:num_requests_waiting{engine="0"} +Inf\nvllm:kv_cache_usage_perc{engine="0"} 0.5\n')
+    assert parse_vllm_metrics(text) == {"running": 3.0, "kv_usage": 0.5}
