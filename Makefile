@@ -29,6 +29,7 @@ bench: $(STAMP)
 	$(BIN)/python -m lab.bfcl_accuracy
 	$(BIN)/python -m lab.bench_proxy
 	$(BIN)/python -m lab.trace_proxy
+	$(BIN)/python -m lab.bench_disconnect
 
 clean:
 	rm -rf $(VENV) build *.egg-info demo-output
