@@ -88,7 +88,7 @@ class Proxy:
             # no model label: a rejected request's model name is whatever the client typed
             self.gk.metrics.requests.labels(model="", route="none", status=str(exc.status)).inc()
             return openai_error(exc.status, str(exc), param=exc.param, code=exc.code)
-        self.gk.metrics.decisions.labels(model=plan.model or "", route=plan.decision.route,
+        self.gk.metrics.decisions.labels(model=self.gk.metrics.model_label(plan.model), route=plan.decision.route,
                                          reason=self.gk.decision_reason(plan)).inc()
         overhead = time.perf_counter() - started
         observation = Observation()

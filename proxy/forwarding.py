@@ -94,7 +94,7 @@ async def send_with_failover(
     pools = [p for p in (gk.pool(name) for name in order) if p is not None]
     first = gk.pools.first_with_room(pools) or await gk.pools.wait_for_room(pools, gk.settings.queue_timeout)
     if first is None:
-        gk.metrics.shed.labels(model=model or "").inc()
+        gk.metrics.shed.labels(model=gk.metrics.model_label(model)).inc()
         raise NoCapacity("every pool is at capacity")
     # every pool once, then again for pools with another replica to try
     candidates = ([first] + [p for p in pools if p is not first]) * 2

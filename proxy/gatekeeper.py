@@ -185,7 +185,8 @@ class Gatekeeper:
         target = others[0].pool
         plan.order = [target] + [name for name in plan.order if name != target]
         plan.explored = True
-        self.metrics.exploration.labels(model=plan.model or "", **{"class": plan.request_class}, pool=target).inc()
+        self.metrics.exploration.labels(model=self.metrics.model_label(plan.model), **{"class": plan.request_class},
+                                       pool=target).inc()
 
     def _remember(self, shape: str, route: str) -> None:
         self._last_route[shape] = route

@@ -21,6 +21,11 @@ _TAU_BUCKETS = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 12.0, 16
 _COST_RATIO_BUCKETS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0)
 _TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _TPOT_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2)
+# Model names come from clients, and while no pool answers /v1/models the proxy cannot
+# tell a real one from a typo, so it admits any. Past this many distinct names the rest
+# share one label value: a client cannot grow the series without bound.
+MAX_MODEL_LABELS = 32
+OTHER_MODELS = "other"
 
 
 class Labelled:
@@ -50,6 +55,7 @@ class Labelled:
 
 class ProxyMetrics:
     def __init__(self) -> None:
+        self._models: set[str] = set()
         r = self.registry = CollectorRegistry()
         self.requests = Counter("draftgate_requests", "Requests answered, by model, route and HTTP status.",
                                 ["model", "route", "status"], registry=r)
@@ -135,3 +141,14 @@ class ProxyMetrics:
             # _labelnames: prometheus_client offers no public way to ask whether a metric has labels
             if isinstance(metric, MetricWrapperBase) and metric._labelnames:
                 setattr(self, name, Labelled(metric))
+
+    def model_label(self, model: str | None) -> str:
+        """The label value for a request's model: its name, or OTHER_MODELS once MAX_MODEL_LABELS are in use."""
+        if not model:
+            return ""
+        if model in self._models:
+            return model
+        if len(self._models) < MAX_MODEL_LABELS:
+            self._models.add(model)
+            return model
+        return OTHER_MODELS

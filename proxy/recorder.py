@@ -53,7 +53,7 @@ class Recorder:
                overhead: float) -> None:
         gk = self.gk
         route = upstream.pool.name if upstream else plan.route
-        model = plan.model or ""
+        model = gk.metrics.model_label(plan.model)
         gk.metrics.requests.labels(model=model, route=route, status=str(status)).inc()
         gk.metrics.overhead.labels(endpoint=plan.endpoint).observe(overhead)
         measured = None

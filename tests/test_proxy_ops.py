@@ -13,11 +13,12 @@ import httpx
 import pytest
 import yaml
 
-from lab.servers import ServerProcess
+from lab.servers import ServerProcess, free_port
 from proxy.app import create_app
 from proxy.config import ConfigError, load_settings
+from proxy.metrics import MAX_MODEL_LABELS, OTHER_MODELS
 from tests.conftest import emulator
-from tests.proxy_harness import proxy_server, stack, wait_until
+from tests.proxy_harness import metric_value, proxy_server, proxy_settings, stack, wait_until
 
 MODEL = "Qwen/Qwen3-32B"
 USER = [{"role": "user", "content": "hello"}]
@@ -164,6 +165,22 @@ def test_a_failing_gate_or_recorder_never_costs_the_client_its_answer() -> None:
                 assert "the gate failed" not in r.text  # the client sees the backend's answer, nothing else
         assert st.metric("draftgate_gate_errors_total") == 2
         assert wait_until(lambda: all(p.inflight == 0 for p in proxy.gk.pools))
+
+
+def test_model_names_clients_type_cannot_grow_the_metrics_without_bound() -> None:
+    """With no pool answering, the proxy cannot tell real model names from typos and admits
+    them all; past MAX_MODEL_LABELS distinct names their series share the label "other"."""
+    down = [f"http://127.0.0.1:{free_port()}" for _ in range(2)]  # nothing listens there
+    with proxy_server(create_app(proxy_settings(*down))) as proxy, httpx.Client(timeout=30) as h:
+        names = [f"typo-{i}" for i in range(MAX_MODEL_LABELS + 8)]
+        for name in names:
+            r = h.post(f"{proxy.url}/v1/chat/completions", json={"model": name, "messages": USER})
+            assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_unavailable"
+        text = h.get(f"{proxy.url}/metrics").text
+    labelled = {name for name in names if metric_value(text, "draftgate_requests_total", model=name) > 0}
+    assert len(labelled) == MAX_MODEL_LABELS
+    assert metric_value(text, "draftgate_requests_total", model=OTHER_MODELS) == 8
+    assert metric_value(text, "draftgate_requests_total") == len(names)
 
 
 SCHEMA_CALL = {"model": MODEL, "messages": USER, "temperature": 0, "max_tokens": 8,
