@@ -30,8 +30,8 @@ def read_body(source: str) -> Any:
         raise CliError(f"{source} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except RecursionError:
         raise CliError(f"{source} is nested too deeply to parse") from None
-    except ValueError as exc:  # an integer of more digits than Python converts
-        raise CliError(f"{source} cannot be read: {exc}") from None
+    except ValueError:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise CliError(f"{source} has an integer too long to parse") from None
 
 
 def render(result: dict[str, Any]) -> str:
