@@ -62,17 +62,18 @@ class Recorder:
             measured = observation.measured(plan.body)
             if measured.total_tokens > 0 and plan.shape:  # a fallback plan has no shape to learn
                 gk.learner.observe(plan.shape, measured)
-                tau_obs, saving_obs = self._observe(plan, upstream, observation, measured)
+                tau_obs, saving_obs = self._observe(plan, model, upstream, observation, measured)
             prompt_tokens = observation.prompt_tokens or plan.estimate.prompt_tokens
             gk.affinity.record(plan.conversation, upstream.pool.name, upstream.replica.url, float(prompt_tokens))
         if gk.settings.log_requests and RequestLog.stream is not None:
             self._log(plan, route, status, observation, overhead, measured, tau_obs, saving_obs)
 
-    def _observe(self, plan: Plan, upstream: Upstream, observation: Observation,
+    def _observe(self, plan: Plan, model: str, upstream: Upstream, observation: Observation,
                  measured: ObservedStructure) -> tuple[float | None, float | None]:
+        """``model`` is the model's label value (ProxyMetrics.model_label)."""
         gk, m = self.gk, self.gk.metrics
         pool = upstream.pool
-        model, cls = plan.model or "", plan.request_class
+        cls = plan.request_class
         labels = {"model": model, "pool": pool.name, "class": cls}
         m.ws_predicted.labels(**labels).observe(plan.estimate.w_s)
         m.ws_observed.labels(**labels).observe(measured.w_s)
