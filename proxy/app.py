@@ -23,6 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.background import BackgroundTask
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from proxy.auth import bearer_token, token_matches
 from proxy.config import ConfigError, ProxySettings
 from proxy.disconnect import ClientGone, cancelled_if_client_leaves
 from proxy.errors import openai_error, stream_error_event
@@ -213,9 +214,7 @@ class Proxy:
         keys = self.gk.settings.api_keys
         if not keys:
             return
-        header = request.headers.get("authorization", "")
-        token = header[7:] if header.lower().startswith("bearer ") else ""
-        if not any(token == k.get_secret_value() for k in keys):
+        if not token_matches(bearer_token(request.headers.get("authorization", "")), keys):
             raise BadRequest(401, "invalid or missing API key", code="invalid_api_key")
 
     async def _read_json(self, request: Request) -> tuple[bytes, Any]:
@@ -351,8 +350,7 @@ class Proxy:
         token = self.gk.settings.admin_token
         if token is None:
             return openai_error(403, "reload is disabled: set admin_token in the configuration")
-        given = request.headers.get("authorization", "")
-        if given != f"Bearer {token.get_secret_value()}":
+        if not token_matches(bearer_token(request.headers.get("authorization", "")), [token]):
             return openai_error(401, "invalid admin token", code="invalid_admin_token")
         try:
             self.do_reload()
