@@ -126,6 +126,31 @@ def test_api_keys_and_upstream_key() -> None:
         assert "authorization" not in seen["headers"]  # the proxy's key is not the backend's
 
 
+def test_no_key_reaches_the_log(tmp_path: Path) -> None:
+    """Client keys, right or wrong, the admin token and the keys sent upstream appear
+    nowhere in what the proxy prints, at its most verbose."""
+    secrets = ["client-secret", "wrong-secret", "admin-secret", "wrong-admin", "upstream-one", "upstream-two"]
+    with emulator(26, True) as on, emulator(26, False) as off:
+        cfg = tmp_path / "draftgate.yaml"
+        cfg.write_text(yaml.safe_dump({
+            "pools": [{"name": "spec-on", "urls": [on.url], "speculation": {"gamma": 8}, "api_key": "upstream-one"},
+                      {"name": "spec-off", "urls": [off.url], "api_key": "upstream-two"}],
+            "api_keys": ["client-secret"], "admin_token": "admin-secret"}))
+        with ServerProcess(["serve", "--config", str(cfg), "--log-level", "debug"]) as proxy, \
+                httpx.Client(timeout=30) as h:
+            statuses = [h.post(f"{proxy.url}/v1/chat/completions", headers={"authorization": f"Bearer {key}"},
+                               json={"model": MODEL, "messages": USER, "max_tokens": 2}).status_code
+                        for key in ("client-secret", "wrong-secret")]
+            assert statuses == [200, 401]
+            assert h.post(f"{proxy.url}/draftgate/reload", headers={"authorization": "Bearer wrong-admin"}
+                          ).status_code == 401
+            assert h.post(f"{proxy.url}/draftgate/reload", headers={"authorization": "Bearer admin-secret"}
+                          ).status_code == 200
+            output = proxy.output()
+    assert '"event": "request"' in output  # the request log was written
+    assert not [secret for secret in secrets if secret in output]
+
+
 def test_dns_names_resolve_to_replicas() -> None:
     with emulator(25, True) as on, emulator(25, False) as off:
         port = on.port
