@@ -21,6 +21,7 @@ import httpx
 from fastapi import FastAPI, Request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.background import BackgroundTask
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from proxy.auth import bearer_token, token_matches
@@ -400,6 +401,11 @@ def create_app(settings: ProxySettings, reload_settings: Callable[[], ProxySetti
     app.add_api_route("/draftgate/explain", proxy.explain, methods=["POST"])
     app.add_api_route("/draftgate/reload", proxy.reload, methods=["POST"])
     app.add_api_route("/v1/{rest:path}", proxy.passthrough, methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        # routing's own 404 and 405, in the shape of every other error the proxy sends
+        return openai_error(exc.status_code, str(exc.detail), headers=exc.headers)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:

@@ -219,6 +219,14 @@ def test_odd_values_in_any_field_never_break_the_proxy() -> None:
         assert st.metric("draftgate_gate_errors_total") == 0
 
 
+def test_unknown_paths_and_methods_get_openai_errors(s: Stack) -> None:
+    missing = httpx.get(f"{s.proxy.url}/nope")
+    assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found_error"
+    wrong = httpx.get(f"{s.proxy.url}/draftgate/explain")
+    assert wrong.status_code == 405 and wrong.headers["allow"] == "POST"
+    assert set(wrong.json()["error"]) == {"message", "type", "param", "code"}
+
+
 def test_oversized_body_is_413() -> None:
     with stack(3, max_body_bytes=4096) as st:
         big = {"model": MODEL, "messages": [{"role": "user", "content": "x" * 10_000}]}
