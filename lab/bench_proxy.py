@@ -6,8 +6,10 @@ Starts two emulated pools, speculation on and off, and a proxy in front of
 both, as deployed (every process separate, as an operator runs them). For each
 load it asks the proxy once which pool the gate picks, then drives an open-loop
 load at a fixed rate, directly against that pool, through ``lab.relay`` (a
-process that only pipes bytes: the floor any proxy pays on this machine) and
-through the proxy, in turn, and prints latency p50/p99 and achieved throughput side by side:
+process that only pipes bytes: the floor any proxy pays on this machine),
+through ``lab.passthrough`` (draftgate's server and upstream client doing
+nothing but forward: the floor under draftgate's own work) and through the
+proxy, in turn, and prints latency p50/p99 and achieved throughput side by side:
 non-streamed (a one-token answer, so the backend's own time is small) and
 streamed (256 tokens; total time per stream). The proxy runs at its default
 log level, writing its JSON line per request.
@@ -114,8 +116,10 @@ def main() -> None:
             with ServerProcess(["serve", "--spec-on", on.url, "--spec-off", off.url]) as proxy:
                 route = route_of(proxy.url, body)
                 backend = on if route == "spec-on" else off
-                with ServerProcess(["--to", backend.url], module="lab.relay") as relay:
+                with ServerProcess(["--to", backend.url], module="lab.relay") as relay, \
+                        ServerProcess(["--to", backend.url], module="lab.passthrough") as passthrough:
                     paths = {"direct": LoadPath(backend.url), "relay": LoadPath(relay.url, relay),
+                             "passthrough": LoadPath(passthrough.url, passthrough),
                              "proxy": LoadPath(proxy.url, proxy)}
                     # --phases N alternates the paths, so a slow spell of a shared machine falls on
                     # all; one long phase each (the default) measures each in its steady state
@@ -124,18 +128,19 @@ def main() -> None:
                             path.run(body, rate, seconds / args.phases)
                 results.append((f"{label} ({route})", paths))
     # CPU per request is the steadier figure on a shared machine: latency moves with the neighbours
-    print(f"{'load':>27} {'path':>14} {'p50 ms':>9} {'p99 ms':>9} {'req/s':>8} {'CPU ms/req':>11}")
+    print(f"{'load':>27} {'path':>15} {'p50 ms':>9} {'p99 ms':>9} {'req/s':>8} {'CPU ms/req':>11}")
     for label, paths in results:
         for name, path in paths.items():
             cpu = f"{path.cpu_per_request * 1000:>11.2f}" if path.server is not None else ""
-            print(f"{label:>27} {name:>14} {pct(path.latencies, 50) * 1000:>9.2f} "
+            print(f"{label:>27} {name:>15} {pct(path.latencies, 50) * 1000:>9.2f} "
                   f"{pct(path.latencies, 99) * 1000:>9.2f} {statistics.mean(path.rps):>8.1f} {cpu}")
-        direct, relay, via = paths["direct"].latencies, paths["relay"].latencies, paths["proxy"].latencies
-        for name, base in (("added", direct), ("beyond relay", relay)):
+        via = paths["proxy"].latencies
+        for name, base in (("added", paths["direct"].latencies), ("beyond relay", paths["relay"].latencies),
+                           ("beyond passthru", paths["passthrough"].latencies)):
             added50 = (pct(via, 50) - pct(base, 50)) * 1000
             added99 = (pct(via, 99) - pct(base, 99)) * 1000
             ratio = statistics.mean(via) / statistics.mean(base) - 1
-            print(f"{label:>27} {name:>14} {added50:>9.2f} {added99:>9.2f}   (mean time {ratio:+.1%})")
+            print(f"{label:>27} {name:>15} {added50:>9.2f} {added99:>9.2f}   (mean time {ratio:+.1%})")
 
 
 class LoadPath:

@@ -1,4 +1,4 @@
-"""lab.relay, the benchmark's floor: bytes through it arrive as sent, both ways."""
+"""lab.relay and lab.passthrough, the benchmark's floors: what goes through them arrives as sent, both ways."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import asyncio
 import json
 
 import httpx
+import pytest
 
 from lab.servers import ServerProcess
 from tests.conftest import emulator
@@ -14,8 +15,9 @@ BODY = {"model": "Qwen/Qwen3-32B", "messages": [{"role": "user", "content": "hel
         "temperature": 0, "seed": 7}
 
 
-def test_the_relay_returns_what_the_backend_returns() -> None:
-    with emulator(1, False) as backend, ServerProcess(["--to", backend.url], module="lab.relay") as relay:
+@pytest.mark.parametrize("module", ["lab.relay", "lab.passthrough"])
+def test_the_floor_returns_what_the_backend_returns(module: str) -> None:
+    with emulator(1, False) as backend, ServerProcess(["--to", backend.url], module=module) as relay:
         direct = httpx.post(f"{backend.url}/v1/chat/completions", json=BODY, timeout=30).json()
         relayed = httpx.post(f"{relay.url}/v1/chat/completions", json=BODY, timeout=30).json()
         assert relayed["choices"] == direct["choices"] and relayed["usage"] == direct["usage"]
@@ -28,7 +30,8 @@ def test_the_relay_returns_what_the_backend_returns() -> None:
         assert text == direct["choices"][0]["message"]["content"]
 
 
-def test_the_relay_keeps_concurrent_connections_apart() -> None:
+@pytest.mark.parametrize("module", ["lab.relay", "lab.passthrough"])
+def test_the_floor_keeps_concurrent_connections_apart(module: str) -> None:
     async def many(url: str) -> list[str]:
         async with httpx.AsyncClient(base_url=url, timeout=30) as client:
             # every request asks something else, so crossed replies would show
@@ -36,7 +39,7 @@ def test_the_relay_keeps_concurrent_connections_apart() -> None:
                 **BODY, "messages": [{"role": "user", "content": f"topic {i}, please"}]}) for i in range(40)))
         return [r.json()["choices"][0]["message"]["content"] for r in replies]
 
-    with emulator(1, False) as backend, ServerProcess(["--to", backend.url], module="lab.relay") as relay:
+    with emulator(1, False) as backend, ServerProcess(["--to", backend.url], module=module) as relay:
         direct = asyncio.run(many(backend.url))
         assert len(set(direct)) == len(direct)
         assert asyncio.run(many(relay.url)) == direct
