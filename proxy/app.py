@@ -9,7 +9,6 @@ three ``x-draftgate-*`` headers.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import signal
 import time
@@ -34,16 +33,11 @@ from proxy.hot_routes import HotRoutes
 from proxy.monitor import Monitor
 from proxy.observe import Observation
 from proxy.recorder import Recorder
+from proxy.request_body import BadRequest, read_json, validate
 from proxy.relay import client_wants_usage, relay_events
 from proxy.upstream import UpstreamClient, UpstreamError
 
 log = logging.getLogger("draftgate.proxy")
-
-
-class BadRequest(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.param, self.code = status, param, code
 
 
 class Proxy:
@@ -82,8 +76,8 @@ class Proxy:
         started = time.perf_counter()
         try:
             self._authorize(request)
-            raw, body = await self._read_json(request)
-            self._validate(body, endpoint)
+            raw, body = await read_json(request, self.gk.settings.max_body_bytes)
+            validate(body, endpoint)
             await self._check_model(body)
             plan = self._plan(body, endpoint)
         except BadRequest as exc:
@@ -218,46 +212,6 @@ class Proxy:
         if not token_matches(bearer_token(request.headers.get("authorization", "")), keys):
             raise BadRequest(401, "invalid or missing API key", code="invalid_api_key")
 
-    async def _read_json(self, request: Request) -> tuple[bytes, Any]:
-        ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
-        if ctype != "application/json":
-            raise BadRequest(415, f"content type must be application/json, got {ctype!r}")
-        limit = self.gk.settings.max_body_bytes
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise BadRequest(413, f"request body exceeds {limit} bytes")
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise BadRequest(413, f"request body exceeds {limit} bytes")
-            chunks.append(chunk)
-        raw = b"".join(chunks)
-        try:
-            return raw, json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise BadRequest(400, f"request body is not valid JSON: {exc}") from None
-        except RecursionError:
-            raise BadRequest(400, "request body is nested too deeply to parse") from None
-        except ValueError:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
-            raise BadRequest(400, "request body has an integer too long to parse") from None
-
-    @staticmethod
-    def _validate(body: Any, endpoint: str) -> None:
-        if not isinstance(body, dict):
-            raise BadRequest(400, "request body must be a JSON object")
-        if endpoint == "chat":
-            messages = body.get("messages")
-            if not isinstance(messages, list):
-                raise BadRequest(400, "'messages' must be a list of message objects", param="messages")
-            if not messages:
-                raise BadRequest(400, "'messages' must not be empty", param="messages")
-        elif "prompt" not in body:
-            raise BadRequest(400, "'prompt' is required", param="prompt")
-        model = body.get("model")
-        if model is not None and not isinstance(model, str):
-            raise BadRequest(400, "'model' must be a string", param="model")
-
     async def _check_model(self, body: dict[str, Any]) -> None:
         model = body.get("model")
         if not isinstance(model, str):
@@ -327,7 +281,7 @@ class Proxy:
     async def explain(self, request: Request) -> Response:
         try:
             self._authorize(request)
-            _, body = await self._read_json(request)
+            _, body = await read_json(request, self.gk.settings.max_body_bytes)
             if not isinstance(body, dict):
                 raise BadRequest(400, "request body must be a JSON object")
             endpoint = "completions" if "prompt" in body and "messages" not in body else "chat"

@@ -1,0 +1,64 @@
+"""Reading a client's request body, and the checks the proxy makes before it plans.
+
+The proxy reads only what it must to route a request; vLLM validates the rest
+and its answer passes through. What is refused here is what the proxy itself
+cannot work with: another content type, a body over the limit, bytes that are
+not a JSON object, a chat without messages.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.requests import Request
+
+
+class BadRequest(Exception):
+    """A request the proxy answers itself, with an OpenAI-shaped error of this status."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.param, self.code = status, param, code
+
+
+async def read_json(request: Request, limit: int) -> tuple[bytes, Any]:
+    """The body as sent (it is forwarded byte for byte) and as parsed."""
+    ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+    if ctype != "application/json":
+        raise BadRequest(415, f"content type must be application/json, got {ctype!r}")
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise BadRequest(413, f"request body exceeds {limit} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BadRequest(413, f"request body exceeds {limit} bytes")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    try:
+        return raw, json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadRequest(400, f"request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise BadRequest(400, "request body is nested too deeply to parse") from None
+    except ValueError:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise BadRequest(400, "request body has an integer too long to parse") from None
+
+
+def validate(body: Any, endpoint: str) -> None:
+    """What the gate needs of a chat or completions body before it can plan."""
+    if not isinstance(body, dict):
+        raise BadRequest(400, "request body must be a JSON object")
+    if endpoint == "chat":
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            raise BadRequest(400, "'messages' must be a list of message objects", param="messages")
+        if not messages:
+            raise BadRequest(400, "'messages' must not be empty", param="messages")
+    elif "prompt" not in body:
+        raise BadRequest(400, "'prompt' is required", param="prompt")
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise BadRequest(400, "'model' must be a string", param="model")
