@@ -229,6 +229,14 @@ def test_errors_in_vllms_shape(pools) -> None:
     assert r.status_code == 400 and r.json()["error"]["type"] == "BadRequestError"
     r = httpx.post(f"{on.url}/v1/chat/completions", json={"messages": "hello"})
     assert r.status_code == 400 and "messages" in r.json()["error"]["message"]
+    # the content type as vLLM checks it: the media type in any case; no header is not JSON
+    body = json.dumps({"messages": USER, "max_tokens": 2}).encode()
+    for header, status in (("APPLICATION/JSON; charset=utf-8", 200), ("text/plain", 400), (None, 400)):
+        r = httpx.post(f"{on.url}/v1/chat/completions", content=body,
+                       headers={"content-type": header} if header else {})
+        assert r.status_code == status, header
+    r = httpx.post(f"{on.url}/v1/chat/completions", json={"messages": USER, "tool_choice": {"function": [1]}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice"
     r = httpx.post(f"{on.url}/v1/chat/completions", json={"messages": USER, "max_tokens": 5, "surprise_field": {"x": 1}})
     assert r.status_code == 200
     with pytest.raises(openai.NotFoundError):

@@ -181,8 +181,9 @@ class Emulator:
         return JSONResponse(self._final_body(rid, body, endpoint, seqs, gens, prompt_len))
 
     async def _parse(self, request: Request, endpoint: str) -> dict[str, Any]:
-        if "application/json" not in request.headers.get("content-type", "application/json"):
-            raise _BadRequest("Content-Type must be application/json")
+        # as vLLM checks it: the media type, in any case, and no header is no JSON
+        if request.headers.get("content-type", "").lower().split(";", 1)[0].strip() != "application/json":
+            raise _BadRequest("Unsupported Media Type: Only 'application/json' is allowed")
         raw = await request.body()
         self.received.append({"body": raw.decode("utf-8", "replace"), "headers": dict(request.headers)})
         try:
