@@ -22,13 +22,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import time
-from typing import Any
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import httpx
 
+from lab.bench_proxy import pct, route_of
 from lab.servers import ServerProcess
 from proxy.monitor import parse_vllm_metrics
 
@@ -46,7 +46,7 @@ async def running(client: httpx.AsyncClient, backends: list[str]) -> float:
     return total
 
 
-async def wait_for(client: httpx.AsyncClient, backends: list[str], done: Any, seconds: float = 30.0) -> None:
+async def wait_for(client: httpx.AsyncClient, backends: list[str], done: Callable[[float], bool], seconds: float = 30.0) -> None:
     deadline = time.perf_counter() + seconds
     while not done(await running(client, backends)):
         if time.perf_counter() > deadline:
@@ -96,17 +96,15 @@ def main() -> None:
                    "--per-request-spec-decode-metrics", "summary"]
     with ServerProcess(emulate + speculative) as on, ServerProcess(emulate) as off:
         with ServerProcess(["serve", "--spec-on", on.url, "--spec-off", off.url]) as proxy:
-            route = httpx.post(f"{proxy.url}/draftgate/explain", json=BODY, timeout=10).json()["route"]
-            direct = on.url if route == "spec-on" else off.url
+            direct = on.url if route_of(proxy.url, BODY) == "spec-on" else off.url
             results = asyncio.run(measure({"direct": direct, "proxy": proxy.url}, [on.url, off.url], args.trials))
     print(f"{args.trials} disconnects per row; the time until the backend stops the request "
           f"(polled every {POLL_SECONDS * 1000:.0f} ms)")
     print(f"{'request':>13} {'path':>7} {'p50 ms':>8} {'p90 ms':>8} {'max ms':>8} {'target':>8}")
     for (mode, name), seconds in results.items():
         ms = sorted(s * 1000 for s in seconds)
-        p90 = statistics.quantiles(ms, n=10, method="inclusive")[-1] if len(ms) > 1 else ms[0]
         target = f"<= {TARGET_MS:.0f}" if name == "proxy" else ""
-        print(f"{mode:>13} {name:>7} {statistics.median(ms):>8.1f} {p90:>8.1f} {ms[-1]:>8.1f} {target:>8}")
+        print(f"{mode:>13} {name:>7} {pct(ms, 50):>8.1f} {pct(ms, 90):>8.1f} {ms[-1]:>8.1f} {target:>8}")
 
 
 if __name__ == "__main__":
