@@ -33,11 +33,17 @@ from proxy.hot_routes import HotRoutes
 from proxy.monitor import Monitor
 from proxy.observe import Observation
 from proxy.recorder import Recorder
-from proxy.request_body import BadRequest, read_json, validate
+from proxy.request_body import BadRequest, read_body, read_json, validate
 from proxy.relay import client_wants_usage, relay_events
 from proxy.upstream import UpstreamClient, UpstreamError
 
 log = logging.getLogger("draftgate.proxy")
+
+# vLLM serves these beside /v1 (clients count tokens with /tokenize before they
+# send); the proxy passes them through as it does the rest of /v1. Not
+# /invocations: it is SageMaker's door to the gated routes, and would bypass the gate.
+VLLM_ROUTES_OUTSIDE_V1 = ("/tokenize", "/detokenize", "/version", "/pooling", "/classify", "/score", "/rerank",
+                          "/v2/rerank")
 
 
 class Proxy:
@@ -249,12 +255,13 @@ class Proxy:
         return JSONResponse({"object": "list", "data": data})
 
     async def passthrough(self, request: Request) -> Response:
-        """Other /v1/* requests go to a plain pool, with the same failover."""
+        """Other /v1/* requests, and vLLM's own routes outside /v1, go to a plain pool,
+        with the same failover."""
         try:
             self._authorize(request)
+            raw = await read_body(request, self.gk.settings.max_body_bytes)
         except BadRequest as exc:
             return openai_error(exc.status, str(exc), code=exc.code)
-        raw = await request.body()
         pools = sorted(self.gk.pools, key=lambda p: p.speculative)
         try:
             upstream = await send_with_failover(self.gk, self.upstream, request.method,
@@ -354,7 +361,8 @@ def create_app(settings: ProxySettings, reload_settings: Callable[[], ProxySetti
     app.add_api_route("/metrics", proxy.metrics, methods=["GET"])
     app.add_api_route("/draftgate/explain", proxy.explain, methods=["POST"])
     app.add_api_route("/draftgate/reload", proxy.reload, methods=["POST"])
-    app.add_api_route("/v1/{rest:path}", proxy.passthrough, methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
+    for path in ("/v1/{rest:path}", *VLLM_ROUTES_OUTSIDE_V1):
+        app.add_api_route(path, proxy.passthrough, methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:

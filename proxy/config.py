@@ -74,7 +74,8 @@ class ProxySettings(BaseSettings):
     structure_priors: StructurePriors = StructurePriors()
     learner_capacity: int = Field(4096, ge=1)
     affinity_capacity: int = Field(100_000, ge=1)
-    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024,
+                                description="largest request body read, on any route (413 past it)")
     api_keys: list[SecretStr] = Field(default_factory=list, description="accepted client keys; empty: open")
     admin_token: SecretStr | None = None
     connect_timeout: float = Field(2.0, gt=0)

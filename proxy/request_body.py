@@ -3,7 +3,9 @@
 The proxy reads only what it must to route a request; vLLM validates the rest
 and its answer passes through. What is refused here is what the proxy itself
 cannot work with: another content type, a body over the limit, bytes that are
-not a JSON object, a chat without messages.
+not a JSON object, a chat without messages. Every body the proxy buffers, the
+passed-through ones included, is read under the same size limit: a client must
+not be able to grow the proxy's memory without bound.
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ class BadRequest(Exception):
         self.status, self.param, self.code = status, param, code
 
 
-async def read_json(request: Request, limit: int) -> tuple[bytes, Any]:
-    """The body as sent (it is forwarded byte for byte) and as parsed."""
-    ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
-    if ctype != "application/json":
-        raise BadRequest(415, f"content type must be application/json, got {ctype!r}")
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body as sent, refused with 413 once it passes ``limit`` bytes.
+
+    A declared length over the limit is refused before anything is read; a
+    chunked body is counted as it arrives, so neither form is buffered past it.
+    """
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BadRequest(413, f"request body exceeds {limit} bytes")
@@ -36,7 +39,15 @@ async def read_json(request: Request, limit: int) -> tuple[bytes, Any]:
         if size > limit:
             raise BadRequest(413, f"request body exceeds {limit} bytes")
         chunks.append(chunk)
-    raw = b"".join(chunks)
+    return b"".join(chunks)
+
+
+async def read_json(request: Request, limit: int) -> tuple[bytes, Any]:
+    """The body as sent (it is forwarded byte for byte) and as parsed."""
+    ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+    if ctype != "application/json":
+        raise BadRequest(415, f"content type must be application/json, got {ctype!r}")
+    raw = await read_body(request, limit)
     try:
         return raw, json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

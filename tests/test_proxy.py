@@ -227,11 +227,21 @@ def test_unknown_paths_and_methods_get_openai_errors(s: Stack) -> None:
     assert set(wrong.json()["error"]) == {"message", "type", "param", "code"}
 
 
-def test_oversized_body_is_413() -> None:
+def test_oversized_body_is_413_on_every_route_it_buffers() -> None:
+    big = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "x" * 10_000}]}).encode()
+
+    def chunked() -> Iterator[bytes]:  # no content-length: the limit must hold as the bytes arrive
+        yield from (big[i:i + 1000] for i in range(0, len(big), 1000))
+
     with stack(3, max_body_bytes=4096) as st:
-        big = {"model": MODEL, "messages": [{"role": "user", "content": "x" * 10_000}]}
-        r = httpx.post(f"{st.proxy.url}/v1/chat/completions", json=big)
-        assert r.status_code == 413 and "exceeds" in r.json()["error"]["message"]
+        for path in ("/v1/chat/completions", "/v1/embeddings", "/tokenize"):
+            for content in (big, chunked()):
+                r = httpx.post(f"{st.proxy.url}{path}", content=content, headers={"content-type": "application/json"})
+                assert r.status_code == 413 and "exceeds 4096 bytes" in r.json()["error"]["message"], path
+        for pool in (st.on, st.off):
+            assert not any("x" * 1000 in seen["body"] for seen in httpx.get(f"{pool.url}/debug/requests").json())
+        small = httpx.post(f"{st.proxy.url}/tokenize", json={"model": MODEL, "prompt": "under the limit"})
+        assert small.status_code == 200, "the limit must not refuse what fits"
 
 
 def test_backend_4xx_passes_through_unchanged(s: Stack) -> None:
@@ -255,6 +265,23 @@ def test_models_health_ready_metrics(s: Stack) -> None:
 def test_passthrough_of_other_v1_routes(s: Stack) -> None:
     r = httpx.get(f"{s.proxy.url}/v1/unknown-route")
     assert r.status_code == 404 and r.headers["x-draftgate-route"] == "spec-off"
+
+
+def test_vllm_routes_outside_v1_pass_through(s: Stack) -> None:
+    """Clients count tokens with /tokenize before they send; through the proxy it
+    answers as the plain pool does directly."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "How many tokens is this question?"}]}
+    via = httpx.post(f"{s.proxy.url}/tokenize", json=body)
+    direct = httpx.post(f"{s.off.url}/tokenize", json=body)
+    assert via.status_code == 200 and via.json() == direct.json()
+    assert via.headers["x-draftgate-route"] == "spec-off"
+    chat = s.client.chat.completions.create(model=MODEL, messages=body["messages"], max_tokens=2)
+    assert via.json()["count"] == chat.usage.prompt_tokens
+    version = httpx.get(f"{s.proxy.url}/version")
+    assert version.status_code == 200 and version.json() == httpx.get(f"{s.off.url}/version").json()
+    refused = httpx.post(f"{s.proxy.url}/tokenize", json={"model": MODEL})
+    assert refused.status_code == 400 and refused.json() == httpx.post(f"{s.off.url}/tokenize",
+                                                                       json={"model": MODEL}).json()
 
 
 def test_failover_when_a_pool_is_down() -> None:

@@ -2,8 +2,9 @@
 
 Importable for in-process tests (``create_app``), and served by
 ``draftgate emulate`` under uvicorn. Routes mirror vLLM's: chat and text
-completions (streamed and not), models, health, metrics; plus debug routes for
-tests: the ground truth of what it simulated, fault injection, cache reset.
+completions (streamed and not), models, health, metrics, tokenize, version;
+plus debug routes for tests: the ground truth of what it simulated, fault
+injection, cache reset.
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ from lab.emulator.metrics import EngineMetrics
 from lab.emulator.profile import EngineProfile
 from lab.emulator.speculation import position_model
 from lab.emulator.textgen import Generated, OutputToken, generate, request_digest
-from lab.emulator.tokens import block_hashes, render_chat_prompt, tokenize
+from lab.emulator.tokens import block_hashes, render_chat_prompt, token_id, tokenize
 from policy.structure.sampling import SamplingDefaults, speculation_blockers
 
 EMULATOR_NOTE = "draftgate vLLM emulator (no GPU; simulated timing and acceptance)"
+EMULATED_VLLM_VERSION = "0.12.0+emulated"  # the API it mirrors (DESIGN: vLLM 0.12 and later)
 
 
 @dataclass
@@ -134,6 +136,27 @@ class Emulator:
         self._engine().reset_prefix_cache()
         return Response(status_code=200)
 
+    async def version(self, request: Request) -> JSONResponse:
+        return JSONResponse({"version": EMULATED_VLLM_VERSION})
+
+    async def tokenize(self, request: Request) -> JSONResponse:
+        """vLLM's /tokenize: a prompt, or messages as the chat template renders them
+        (the count is the ``prompt_tokens`` a chat with those messages reports)."""
+        try:
+            body = await self._read_object(request)
+            if isinstance(body.get("messages"), list):
+                text = render_chat_prompt(body["messages"], body.get("tools"))
+            elif isinstance(body.get("prompt"), str):
+                text = body["prompt"]
+            else:
+                raise _BadRequest("either 'prompt' (a string) or 'messages' (a list) is required", param="prompt")
+        except _BadRequest as exc:
+            return _error(str(exc), exc.status, exc.param)
+        pieces = tokenize(text)
+        return JSONResponse({"count": len(pieces), "max_model_len": self._engine().kv_capacity,
+                             "tokens": [token_id(p) for p in pieces],
+                             "token_strs": pieces if body.get("return_token_strs") is True else None})
+
     async def chat(self, request: Request) -> Response:
         return await self._complete(request, "chat")
 
@@ -180,7 +203,8 @@ class Emulator:
         gone.cancel()
         return JSONResponse(self._final_body(rid, body, endpoint, seqs, gens, prompt_len))
 
-    async def _parse(self, request: Request, endpoint: str) -> dict[str, Any]:
+    async def _read_object(self, request: Request) -> dict[str, Any]:
+        """A JSON object body naming this model (or none), as every POST route needs it."""
         # as vLLM checks it: the media type, in any case, and no header is no JSON
         if request.headers.get("content-type", "").lower().split(";", 1)[0].strip() != "application/json":
             raise _BadRequest("Unsupported Media Type: Only 'application/json' is allowed")
@@ -195,6 +219,10 @@ class Emulator:
         model = body.get("model")
         if model is not None and model != self.config.model:
             raise _BadRequest(f"The model `{model}` does not exist.", 404, "model")
+        return body
+
+    async def _parse(self, request: Request, endpoint: str) -> dict[str, Any]:
+        body = await self._read_object(request)
         if endpoint == "chat":
             messages = body.get("messages")
             if not isinstance(messages, list) or not messages or not all(
@@ -409,6 +437,8 @@ def create_app(config: EmulatorConfig) -> Starlette:
             Route("/metrics", emulator.prometheus, methods=["GET"]),
             Route("/v1/chat/completions", emulator.chat, methods=["POST"]),
             Route("/v1/completions", emulator.completions, methods=["POST"]),
+            Route("/tokenize", emulator.tokenize, methods=["POST"]),
+            Route("/version", emulator.version, methods=["GET"]),
             Route("/reset_prefix_cache", emulator.reset_prefix_cache, methods=["POST"]),
             Route("/debug/ground-truth", emulator.ground_truth, methods=["GET"]),
             Route("/debug/faults", emulator.set_faults, methods=["POST"]),

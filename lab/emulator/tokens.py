@@ -8,13 +8,20 @@ like a BPE tokenizer closely enough for both.
 from __future__ import annotations
 
 import re
+import zlib
 from typing import Any
 
+VOCAB_SIZE = 151_936  # Qwen3's
 _PIECE = re.compile(r" ?[A-Za-z]{1,6}| ?\d{1,3}| ?[^\sA-Za-z\d]|\s+")
 
 
 def tokenize(text: str) -> list[str]:
     return _PIECE.findall(text)
+
+
+def token_id(piece: str) -> int:
+    """A stable id for a piece, within Qwen3's vocabulary size: there is no real vocabulary."""
+    return zlib.crc32(piece.encode("utf-8", "replace")) % VOCAB_SIZE
 
 
 def render_chat_prompt(messages: Any, tools: Any) -> str:
