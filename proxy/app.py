@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from proxy.auth import bearer_token, token_matches
+from proxy.catalog import ModelCatalog
 from proxy.config import ConfigError, ProxySettings
 from proxy.disconnect import ClientGone, cancelled_if_client_leaves
 from proxy.errors import openai_error, stream_error_event
@@ -35,13 +36,18 @@ from proxy.observe import Observation
 from proxy.recorder import Recorder
 from proxy.request_body import BadRequest, read_body, read_json, validate
 from proxy.relay import client_wants_usage, relay_events
-from proxy.upstream import UpstreamClient, UpstreamError
+from proxy.upstream import UpstreamAborted, UpstreamClient, UpstreamError
 
 log = logging.getLogger("draftgate.proxy")
 
 # vLLM serves these beside /v1 (clients count tokens with /tokenize before they
 # send); the proxy passes them through as it does the rest of /v1. Not
 # /invocations: it is SageMaker's door to the gated routes, and would bypass the gate.
+# How long before the shutdown grace runs out the proxy ends what is still running
+# itself, so that the ending reaches clients in a form they understand.
+CUT_AHEAD_SECONDS = 1.0
+SHUTTING_DOWN = "draftgate is shutting down"
+
 VLLM_ROUTES_OUTSIDE_V1 = ("/tokenize", "/detokenize", "/version", "/pooling", "/classify", "/score", "/rerank",
                           "/v2/rerank")
 
@@ -56,8 +62,9 @@ class Proxy:
         self.client = httpx.AsyncClient(timeout=10.0)  # health checks, scrapes, model lists
         self.recorder = Recorder(self.gk)
         self.monitor = Monitor(self.gk.pools, self.client, lambda: self.gk.settings, on_scrape=self.recorder.on_scrape)
-        self.known_models: set[str] = set()
-        self.models_checked = 0.0
+        self.catalog = ModelCatalog(self.gk.pools, self.client)
+        self.loop: asyncio.AbstractEventLoop | None = None  # set when serving starts
+        self.stopping = False
         self.warn_about_attribution(settings)
 
     @staticmethod
@@ -69,6 +76,22 @@ class Proxy:
                 "attributed from their counters by one proxy is unsound; run them with "
                 "--per-request-spec-decode-metrics, or regress in Prometheus over draftgate_output_tokens_total",
                 ", ".join(blind), settings.proxy_replicas)
+
+    def begin_shutdown(self, grace: float) -> None:
+        """The server got SIGTERM: it accepts nothing more and lets requests in flight
+        finish for ``grace`` seconds, then cuts their connections. Just before that,
+        end whatever still runs in a form a client understands: a 503 to retry
+        elsewhere for an answer not yet begun, an error event ending a stream. Closing
+        their upstream connections also frees the GPUs (vLLM aborts those requests).
+
+        Called from the signal handler, so it only schedules."""
+        if self.stopping or self.loop is None:
+            return
+        self.stopping = True
+        cut_at = max(0.0, grace - min(CUT_AHEAD_SECONDS, grace / 5))
+        log.info("shutting down: requests in flight have %.1f s to finish", cut_at)
+        self.loop.call_soon_threadsafe(self.loop.call_later, cut_at, self.upstream.abort_all,
+                                       UpstreamAborted(SHUTTING_DOWN))
 
     # ------------------------------------------------------------ gated routes
 
@@ -84,7 +107,7 @@ class Proxy:
             self._authorize(request)
             raw, body = await read_json(request, self.gk.settings.max_body_bytes)
             validate(body, endpoint)
-            await self._check_model(body)
+            await self.catalog.check(body)
             plan = self._plan(body, endpoint)
         except BadRequest as exc:
             # no model label: a rejected request's model name is whatever the client typed
@@ -125,6 +148,9 @@ class Proxy:
         except UpstreamUnavailable as exc:
             self.recorder.finish(plan, None, observation, exc.status, overhead)
             return openai_error(exc.status, f"no pool could serve the request: {exc}", code="upstream_unavailable")
+        except UpstreamAborted:
+            self.recorder.finish(plan, None, observation, 503, overhead)
+            return _shutting_down()
         except asyncio.CancelledError:
             self.recorder.finish(plan, None, observation, 499, overhead)
             raise
@@ -146,13 +172,17 @@ class Proxy:
             content = await upstream.response.aread()
         except UpstreamError:
             status = 502
+        except UpstreamAborted:
+            status = 503
         except asyncio.CancelledError:  # the client left, or the server is stopping
             await upstream.response.aclose()
             self._settle(plan, upstream, observation, 499, b"", overhead)
             raise
         await upstream.response.aclose()
         observation.first_byte_at = observation.finished_at = time.perf_counter()
-        if status != upstream.response.status_code:
+        if status == 503:
+            response = _shutting_down()
+        elif status != upstream.response.status_code:
             response = openai_error(502, "upstream failed while answering")
         else:
             response = Response(content=content, status_code=status)  # sets content-length
@@ -199,6 +229,9 @@ class Proxy:
             status = 502
             self.gk.metrics.upstream_errors.labels(pool=upstream.pool.name, kind="mid_stream").inc()
             yield stream_error_event(502, f"upstream failed mid-stream: {type(exc).__name__}")
+        except UpstreamAborted:
+            status = 503
+            yield stream_error_event(503, f"{SHUTTING_DOWN}: the stream was cut before its end")
         except asyncio.CancelledError:
             status = 499
             raise
@@ -218,38 +251,10 @@ class Proxy:
         if not token_matches(bearer_token(request.headers.get("authorization", "")), keys):
             raise BadRequest(401, "invalid or missing API key", code="invalid_api_key")
 
-    async def _check_model(self, body: dict[str, Any]) -> None:
-        model = body.get("model")
-        if not isinstance(model, str):
-            return
-        if model not in self.known_models and time.monotonic() - self.models_checked > 5.0:
-            await self._refresh_models()
-        if self.known_models and model not in self.known_models:
-            raise BadRequest(404, f"The model `{model}` does not exist.", param="model", code="model_not_found")
-
-    async def _refresh_models(self) -> list[dict[str, Any]]:
-        self.models_checked = time.monotonic()
-        merged: dict[str, dict[str, Any]] = {}
-
-        async def fetch(url: str) -> list[dict[str, Any]]:
-            response = await self.client.get(f"{url}/v1/models", timeout=3.0)
-            data = response.json().get("data", []) if response.status_code == 200 else []
-            return [m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
-
-        urls = [r.url for pool in self.gk.pools for r in pool.healthy_replicas()[:1]]
-        results = await asyncio.gather(*(fetch(u) for u in urls), return_exceptions=True)
-        for result in results:
-            if isinstance(result, list):
-                for entry in result:
-                    merged.setdefault(entry["id"], entry)
-        if merged:
-            self.known_models = set(merged)
-        return list(merged.values())
-
     # ------------------------------------------------------------ other routes
 
     async def models(self, request: Request) -> Response:
-        data = await self._refresh_models()
+        data = await self.catalog.refresh()
         if not data:
             return openai_error(503, "no pool answered /v1/models", code="upstream_unavailable")
         return JSONResponse({"object": "list", "data": data})
@@ -271,11 +276,15 @@ class Proxy:
             return openai_error(503, "all pools are at capacity; retry shortly", headers={"retry-after": "1"})
         except UpstreamUnavailable as exc:
             return openai_error(exc.status, f"no pool could serve the request: {exc}")
+        except UpstreamAborted:
+            return _shutting_down()
 
         async def body() -> AsyncIterator[bytes]:
             try:
                 async for chunk in upstream.response.aiter_raw():
                     yield chunk
+            except UpstreamAborted:
+                pass  # relayed as it came, so it ends where it was cut
             finally:
                 await upstream.response.aclose()
                 self.gk.pools.release(upstream.replica)
@@ -327,6 +336,11 @@ class Proxy:
         log.info("configuration reloaded")
 
 
+def _shutting_down() -> Response:
+    return openai_error(503, f"{SHUTTING_DOWN}; retry the request", code="shutting_down",
+                        headers={"retry-after": "1"})
+
+
 def _raw(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
     return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
 
@@ -342,7 +356,7 @@ def create_app(settings: ProxySettings, reload_settings: Callable[[], ProxySetti
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         proxy.monitor.start()
-        loop = asyncio.get_running_loop()
+        proxy.loop = loop = asyncio.get_running_loop()
         try:
             loop.add_signal_handler(signal.SIGHUP, _sighup, proxy)
         except (ValueError, RuntimeError, NotImplementedError):

@@ -96,6 +96,9 @@ class ProxySettings(BaseSettings):
     currency: str = Field("USD", min_length=1, max_length=8)
     proxy_replicas: int = Field(1, ge=1, description="proxies sharing these pools (counter attribution needs 1)")
     drift_window: int = Field(200, ge=10, description="requests over which predicted-observed drift is averaged")
+    graceful_shutdown_seconds: float = Field(
+        30.0, gt=0, description="after SIGTERM, how long requests in flight may run before they are cut; read at "
+                                "startup. A long reasoning stream needs minutes: the Helm chart sets 120")
 
     @model_validator(mode="after")
     def _pools(self) -> ProxySettings:

@@ -37,6 +37,13 @@ class UpstreamProtocolError(UpstreamError):
     """The connection broke or the response was not valid HTTP."""
 
 
+class UpstreamAborted(Exception):
+    """The proxy ended the exchange itself, because it is shutting down.
+
+    Not an UpstreamError: the pool did nothing wrong, and no other pool should be tried.
+    """
+
+
 class Headers:
     """Response headers as received (raw bytes, order and repeats kept); lookups are
     case-insensitive. Kept raw because the proxy mostly relays them untouched."""
@@ -120,6 +127,14 @@ class _Connection(asyncio.Protocol):
             self._wake()
         self.close()
 
+    def abort(self, exc: UpstreamAborted) -> None:
+        """End the exchange: whoever waits on it (for headers or a chunk) gets ``exc``
+        after what has already arrived, and the connection closes, which vLLM
+        takes as the request's cancellation."""
+        if not self.complete:
+            self._fail(exc)
+        self.close()
+
     def _wake(self) -> None:
         waiter = self.waiter
         if waiter is not None and not waiter.done():
@@ -190,6 +205,7 @@ class UpstreamResponse:
             return
         self._released = True
         conn = self._conn
+        conn.origin.busy.discard(conn)
         if conn.reusable() and not conn.chunks:
             conn.origin.put_back(conn)
         else:
@@ -216,6 +232,7 @@ class Origin:
         self.netloc = parts.netloc
         self.max_idle = max_idle
         self.idle: deque[_Connection] = deque()
+        self.busy: set[_Connection] = set()  # exchanges under way, for abort()
         self._ssl = ssl.create_default_context() if parts.scheme == "https" else None
 
     def put_back(self, conn: _Connection) -> None:
@@ -262,20 +279,29 @@ class Origin:
 
     async def _exchange(self, conn: _Connection, payload: bytes, read_timeout: float) -> UpstreamResponse:
         assert conn.transport is not None
-        conn.transport.write(payload)
-        if not conn.headers_ready.done():
-            timer = asyncio.get_running_loop().call_later(read_timeout, _expire, conn.headers_ready)
-            try:
-                await conn.headers_ready
-            except asyncio.CancelledError:
+        self.busy.add(conn)  # until the response is closed
+        try:
+            conn.transport.write(payload)
+            if not conn.headers_ready.done():
+                timer = asyncio.get_running_loop().call_later(read_timeout, _expire, conn.headers_ready)
+                try:
+                    await conn.headers_ready
+                except asyncio.CancelledError:
+                    conn.close()
+                    raise
+                finally:
+                    timer.cancel()
+            if not conn.headers_ready.done() or conn.headers_ready.result() is _EXPIRED:
                 conn.close()
-                raise
-            finally:
-                timer.cancel()
-        if not conn.headers_ready.done() or conn.headers_ready.result() is _EXPIRED:
-            conn.close()
-            raise UpstreamTimeout(f"no response headers within {read_timeout}s")
+                raise UpstreamTimeout(f"no response headers within {read_timeout}s")
+        except BaseException:
+            self.busy.discard(conn)
+            raise
         return UpstreamResponse(conn, read_timeout)
+
+    def abort(self, exc: UpstreamAborted) -> None:
+        for conn in list(self.busy):
+            conn.abort(exc)
 
     def close(self) -> None:
         while self.idle:
@@ -293,6 +319,11 @@ class UpstreamClient:
         if origin is None:
             origin = self._origins[base_url] = Origin(base_url)
         return origin
+
+    def abort_all(self, exc: UpstreamAborted) -> None:
+        """End every exchange under way with ``exc`` (see ``_Connection.abort``)."""
+        for origin in self._origins.values():
+            origin.abort(exc)
 
     def close(self) -> None:
         for origin in self._origins.values():

@@ -98,6 +98,10 @@ def test_rendered_manifests_are_valid_kubernetes(values: dict[str, Any] | None, 
     assert container["livenessProbe"]["httpGet"]["path"] == "/health"
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert proxy["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+    # a rollout: keep serving while the endpoints update, then the proxy's grace, all before SIGKILL
+    drain = int(container["lifecycle"]["preStop"]["exec"]["command"][1])
+    assert drain > 0 and settings.graceful_shutdown_seconds >= 60
+    assert proxy["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > drain + settings.graceful_shutdown_seconds
 
 
 def test_in_chart_pools_are_headless_with_startup_probes_and_known_flags() -> None:
@@ -132,6 +136,7 @@ def test_monitoring_objects_carry_the_tested_rules_and_dashboard() -> None:
     ("vllm.pools[0].name=Bad_Name", "name"),
     ("config.defaultPolicy.mode=sometimes", "mode"),
     ("surprise=1", "surprise"),
+    ("shutdown.gracefulShutdownSeconds=0", "gracefulShutdownSeconds"),
 ])
 def test_wrong_values_fail_at_install_with_a_clear_message(setting: str, needle: str) -> None:
     proc = subprocess.run([helm_binary(), "template", "dg", str(CHART), "--set", setting], capture_output=True,

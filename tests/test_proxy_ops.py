@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -73,6 +75,58 @@ def test_serve_process_quick_start_and_sighup_reload(tmp_path: Path) -> None:
             assert '"event": "request"' in proxy.output()
         with ServerProcess(["serve", "--spec-on", on.url, "--spec-off", off.url]) as proxy:
             assert httpx.post(f"{proxy.url}/v1/chat/completions", json=body).status_code == 200
+
+
+def test_sigterm_lets_requests_in_flight_finish_within_the_grace(tmp_path: Path) -> None:
+    """A rollout sends SIGTERM: the proxy refuses new connections at once and lets
+    requests in flight run to their end. What would outlast graceful_shutdown_seconds
+    is ended just before it, in a form clients understand: a stream with vLLM's error
+    event, an answer not yet begun with a 503 to retry elsewhere. No traceback."""
+    stream = {"model": MODEL, "messages": USER, "reasoning_effort": "high", "max_tokens": 1500, "stream": True}
+    whole = {**stream, "stream": False}
+    with emulator(25, True, time_scale=0.1) as on, emulator(25, False, time_scale=0.1) as off:
+        for grace, run_to_the_end in ((30, True), (1.0, False)):
+            cfg = tmp_path / f"grace-{grace}.yaml"
+            cfg.write_text(yaml.safe_dump({"pools": [{"name": "spec-on", "urls": [on.url], "speculation": {"gamma": 8}},
+                                                     {"name": "spec-off", "urls": [off.url]}],
+                                           "graceful_shutdown_seconds": grace}))
+            with ServerProcess(["serve", "--config", str(cfg)]) as proxy:
+                lines: list[str] = []
+                answers: list[httpx.Response] = []
+
+                def read_stream() -> None:
+                    with httpx.stream("POST", f"{proxy.url}/v1/chat/completions", json=stream, timeout=60) as r:
+                        lines.extend(line for line in r.iter_lines() if line)
+
+                def read_whole() -> None:
+                    answers.append(httpx.post(f"{proxy.url}/v1/chat/completions", json=whole, timeout=60))
+
+                clients = [threading.Thread(target=read_stream), threading.Thread(target=read_whole)]
+                for client in clients:
+                    client.start()
+                assert wait_until(lambda: len(lines) > 10, 20), "the stream never started"
+                started = time.monotonic()
+                proxy.process.send_signal(signal.SIGTERM)
+                time.sleep(0.3)
+                with pytest.raises(httpx.ConnectError):
+                    httpx.get(f"{proxy.url}/health")
+                for client in clients:
+                    client.join(60)
+                # uvicorn re-raises the signal once it has shut down cleanly: it dies "by SIGTERM"
+                assert proxy.process.wait(30) in (0, -signal.SIGTERM)
+                assert lines[-1] == "data: [DONE]" and len(answers) == 1
+                events = [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
+                if run_to_the_end:
+                    assert events[-1]["choices"][0]["finish_reason"] == "length"
+                    assert answers[0].status_code == 200
+                else:
+                    assert time.monotonic() - started < grace + 3, "the grace was not honoured"
+                    assert events[-1]["error"]["code"] == 503 and "shutting down" in events[-1]["error"]["message"]
+                    assert answers[0].status_code == 503 and answers[0].headers["retry-after"] == "1"
+                    assert answers[0].json()["error"]["code"] == "shutting_down"
+                    logged = [json.loads(x) for x in proxy.output().splitlines() if '"event": "request"' in x]
+                    assert sorted(entry["status"] for entry in logged) == [503, 503]
+                assert "Traceback" not in proxy.output()
 
 
 def test_reload_endpoint_needs_the_admin_token(tmp_path: Path) -> None:

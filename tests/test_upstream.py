@@ -5,8 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 
-from proxy.upstream import Origin
+import httpx
+import pytest
+
+from proxy.upstream import Origin, UpstreamAborted, UpstreamClient
 from tests.conftest import emulator
+from tests.proxy_harness import metric_value, wait_until
 
 HEADERS = [(b"content-type", b"application/json")]
 
@@ -52,3 +56,34 @@ def test_a_response_abandoned_midway_closes_its_connection() -> None:
 
     with emulator(2, False, time_scale=0.2) as server:
         asyncio.run(run(server.url))
+
+
+def test_abort_ends_every_exchange_under_way_without_a_retry() -> None:
+    """Shutdown ends what still runs: a reader waiting for headers or mid-body gets
+    UpstreamAborted (what arrived before it is kept), and no connection goes back to the pool."""
+    async def run(url: str) -> None:
+        client = UpstreamClient()
+        origin = client.origin(url)
+        streaming = await origin.request("POST", "/v1/chat/completions", HEADERS,
+                                         body(stream=True, max_tokens=400), 5, 30)
+        chunks = [await anext(aiter(streaming.aiter_raw()))]
+        waiting = asyncio.ensure_future(origin.request("POST", "/v1/chat/completions", HEADERS,
+                                                       body(max_tokens=400), 5, 30))
+        while len(origin.busy) < 2:
+            await asyncio.sleep(0.01)
+        client.abort_all(UpstreamAborted("shutting down"))
+        with pytest.raises(UpstreamAborted):
+            await waiting
+        with pytest.raises(UpstreamAborted):
+            async for chunk in streaming.aiter_raw():
+                chunks.append(chunk)
+        assert chunks and chunks[0].startswith(b"data: ")
+        await streaming.aclose()
+        assert not origin.busy and not origin.idle
+        client.close()
+
+    with emulator(3, False, time_scale=0.2) as server:
+        asyncio.run(run(server.url))
+        # the emulator saw both requests go (vLLM aborts a request whose connection closes)
+        assert wait_until(lambda: metric_value(httpx.get(f"{server.url}/metrics").text,
+                                               "vllm:num_requests_running") == 0, 5)

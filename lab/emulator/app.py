@@ -199,6 +199,8 @@ class Emulator:
             for seq in seqs:
                 self._engine().abort(seq)
             done.cancel()
+            # a cancelled gather ends with an exception, logged as "never retrieved" unless read
+            done.add_done_callback(lambda f: f.cancelled() or f.exception())
             return Response(status_code=499)
         gone.cancel()
         return JSONResponse(self._final_body(rid, body, endpoint, seqs, gens, prompt_len))

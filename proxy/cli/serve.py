@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from proxy import logs
     from proxy.app import create_app
     from proxy.config import ConfigError, load_settings
-    from proxy.serving import UVICORN_OPTIONS
+    from proxy.serving import UVICORN_OPTIONS, SignalAwareServer
 
     if not args.config and not (args.spec_on or args.spec_off):
         raise CliError("give --config FILE, or --spec-on URL and --spec-off URL")
@@ -62,5 +62,11 @@ def run(args: argparse.Namespace) -> int:
     pools = ", ".join(f"{p.name} ({'gamma=' + str(p.speculation.gamma) if p.speculation else 'plain'})"
                       for p in settings.pools)
     print(f"draftgate: serving on http://{settings.host}:{settings.port}/v1 in front of {pools}", flush=True)
-    uvicorn.run(app, host=settings.host, port=settings.port, **UVICORN_OPTIONS)
-    return 0
+    # On SIGTERM uvicorn stops accepting at once and lets requests in flight finish, up to
+    # the grace; the proxy ends what still runs just before that (Proxy.begin_shutdown).
+    grace = settings.graceful_shutdown_seconds
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, timeout_graceful_shutdown=grace,
+                            **UVICORN_OPTIONS)
+    server = SignalAwareServer(config, on_signal=lambda: app.state.proxy.begin_shutdown(grace))
+    server.run()
+    return 0 if server.started else 3  # as uvicorn.run exits when it could not start (a port in use)
