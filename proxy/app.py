@@ -40,14 +40,14 @@ from proxy.upstream import UpstreamAborted, UpstreamClient, UpstreamError
 
 log = logging.getLogger("draftgate.proxy")
 
-# vLLM serves these beside /v1 (clients count tokens with /tokenize before they
-# send); the proxy passes them through as it does the rest of /v1. Not
-# /invocations: it is SageMaker's door to the gated routes, and would bypass the gate.
 # How long before the shutdown grace runs out the proxy ends what is still running
 # itself, so that the ending reaches clients in a form they understand.
 CUT_AHEAD_SECONDS = 1.0
 SHUTTING_DOWN = "draftgate is shutting down"
 
+# vLLM serves these beside /v1 (clients count tokens with /tokenize before they
+# send); the proxy passes them through as it does the rest of /v1. Not
+# /invocations: it is SageMaker's door to the gated routes, and would bypass the gate.
 VLLM_ROUTES_OUTSIDE_V1 = ("/tokenize", "/detokenize", "/version", "/pooling", "/classify", "/score", "/rerank",
                           "/v2/rerank")
 
@@ -88,10 +88,11 @@ class Proxy:
         if self.stopping or self.loop is None:
             return
         self.stopping = True
-        cut_at = max(0.0, grace - min(CUT_AHEAD_SECONDS, grace / 5))
-        log.info("shutting down: requests in flight have %.1f s to finish", cut_at)
-        self.loop.call_soon_threadsafe(self.loop.call_later, cut_at, self.upstream.abort_all,
-                                       UpstreamAborted(SHUTTING_DOWN))
+        self.loop.call_soon_threadsafe(self._schedule_cut, max(0.0, grace - min(CUT_AHEAD_SECONDS, grace / 5)))
+
+    def _schedule_cut(self, delay: float) -> None:
+        log.info("shutting down: requests in flight have %.1f s to finish", delay)
+        asyncio.get_running_loop().call_later(delay, self.upstream.abort_all, UpstreamAborted(SHUTTING_DOWN))
 
     # ------------------------------------------------------------ gated routes
 
@@ -168,19 +169,20 @@ class Proxy:
         resumed = time.perf_counter()
         status = upstream.response.status_code
         content = b""
+        aborted = False
         try:
             content = await upstream.response.aread()
         except UpstreamError:
             status = 502
         except UpstreamAborted:
-            status = 503
+            status, aborted = 503, True
         except asyncio.CancelledError:  # the client left, or the server is stopping
             await upstream.response.aclose()
             self._settle(plan, upstream, observation, 499, b"", overhead)
             raise
         await upstream.response.aclose()
         observation.first_byte_at = observation.finished_at = time.perf_counter()
-        if status == 503:
+        if aborted:
             response = _shutting_down()
         elif status != upstream.response.status_code:
             response = openai_error(502, "upstream failed while answering")
