@@ -24,7 +24,9 @@ class JsonFormatter(logging.Formatter):
             if hasattr(record, key):
                 out[key] = getattr(record, key)
         if record.exc_info:
-            out["error"] = self.formatException(record.exc_info).splitlines()[-1]
+            # the last line to read at a glance, the whole traceback to fix the bug with
+            out["traceback"] = self.formatException(record.exc_info)
+            out["error"] = out["traceback"].splitlines()[-1]
         return json.dumps(out, default=str)
 
 

@@ -39,11 +39,15 @@ class Observation:
     finished_at: float | None = None
     complete: bool = False
     failovers: int = 0
+    # the response's id, as the client sees it; vLLM's request id (its logs name it)
+    response_id: str | None = None
 
     def feed(self, payload: Any) -> None:
         """A parsed SSE chunk or a whole non-streamed body."""
         if not isinstance(payload, dict):
             return
+        if self.response_id is None and isinstance(rid := payload.get("id"), str):
+            self.response_id = rid[:200]
         self.parts.add_chunk(payload)
         usage = payload.get("usage")
         if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):

@@ -66,7 +66,8 @@ class Recorder:
             prompt_tokens = observation.prompt_tokens or plan.estimate.prompt_tokens
             gk.affinity.record(plan.conversation, upstream.pool.name, upstream.replica.url, float(prompt_tokens))
         if gk.settings.log_requests and RequestLog.stream is not None:
-            self._log(plan, route, status, observation, overhead, measured, tau_obs, saving_obs)
+            self._log(plan, route, upstream.replica.url if upstream else None, status, observation, overhead,
+                      measured, tau_obs, saving_obs)
 
     def _observe(self, plan: Plan, model: str, upstream: Upstream, observation: Observation,
                  measured: ObservedStructure) -> tuple[float | None, float | None]:
@@ -232,10 +233,13 @@ class Recorder:
 
     # ------------------------------------------------------------ log
 
-    def _log(self, plan: Plan, route: str, status: int, observation: Observation, overhead: float,
-             measured: ObservedStructure | None, tau_obs: float | None, saving_obs: float | None) -> None:
+    def _log(self, plan: Plan, route: str, replica: str | None, status: int, observation: Observation,
+             overhead: float, measured: ObservedStructure | None, tau_obs: float | None,
+             saving_obs: float | None) -> None:
+        """The request's log line; docs/logs.md lists its fields."""
         record: dict[str, Any] = {
-            "event": "request", "endpoint": plan.endpoint, "model": plan.model or "", "route": route,
+            "event": "request", "id": observation.response_id, "endpoint": plan.endpoint,
+            "model": plan.model or "", "route": route, "replica": replica,
             "decided": plan.decision.route, "explored": plan.explored, "class": plan.request_class,
             "status": status, "stream": plan.body.get("stream") is True,
             "w_s_predicted": round(plan.estimate.w_s, 4),

@@ -1,0 +1,66 @@
+"""The log lines: what docs/logs.md promises is what the proxy writes."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from proxy.logs import JsonFormatter, RequestLog
+from tests.proxy_harness import stack, wait_until
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "logs.md"
+MODEL = "Qwen/Qwen3-32B"
+
+
+def documented_request_fields() -> set[str]:
+    """Field names in the first column of the request line's table."""
+    section = DOC.read_text().split("## The request line", 1)[1].split("Example", 1)[0]
+    return {name for row in re.findall(r"^\| (.+?) \|", section, re.M) for name in re.findall(r"`(\w+)`", row)}
+
+
+@pytest.fixture
+def request_log() -> io.StringIO:
+    """The per-request lines, captured in place of standard output."""
+    before, RequestLog.stream = RequestLog.stream, io.StringIO()
+    try:
+        yield RequestLog.stream
+    finally:
+        RequestLog.stream = before
+
+
+def test_the_request_line_has_the_documented_fields_and_names_the_response(request_log: io.StringIO) -> None:
+    with stack(31, log_requests=True) as st:
+        tool = {"type": "function", "function": {"name": "get_weather", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+        answer = httpx.post(f"{st.proxy.url}/v1/chat/completions", timeout=30, json={
+            "model": MODEL, "messages": [{"role": "user", "content": "Weather in Oslo?"}], "tools": [tool],
+            "tool_choice": "required", "temperature": 0})
+        assert answer.status_code == 200
+        assert wait_until(lambda: request_log.getvalue().endswith("\n")), "no line: it is written after the answer"
+        (line,) = [json.loads(x) for x in request_log.getvalue().splitlines()]
+        route = answer.headers["x-draftgate-route"]
+    documented = documented_request_fields()
+    common = {"ts", "level", "logger", "message", "event"}
+    assert set(line) - common <= documented, set(line) - common - documented
+    # the optional ones are those a completed answer from a plain pool may lack
+    assert documented - set(line) <= {"tau_observed", "saving_observed"}, documented - set(line)
+    assert line["id"] == answer.json()["id"] and line["status"] == 200 and line["route"] == route
+    assert line["replica"] == (st.on.url if route == "spec-on" else st.off.url)
+
+
+def test_an_exception_is_logged_with_its_whole_traceback() -> None:
+    try:
+        raise ZeroDivisionError("a bug in the gate")
+    except ZeroDivisionError:
+        record = logging.LogRecord("draftgate.proxy", logging.ERROR, __file__, 1, "the gate failed", None,
+                                   exc_info=sys.exc_info())
+    line = json.loads(JsonFormatter().format(record))
+    assert line["error"] == "ZeroDivisionError: a bug in the gate"
+    assert line["traceback"].startswith("Traceback") and "test_an_exception_is_logged" in line["traceback"]
