@@ -118,9 +118,8 @@ class Proxy:
                                          reason=self.gk.decision_reason(plan)).inc()
         overhead = time.perf_counter() - started
         observation = Observation()
-        if body.get("stream") is True:
-            return await self._answer(request, path, raw, plan, observation, overhead)
         try:
+            # until a stream's first event the client has nothing either: it may leave meanwhile
             async with cancelled_if_client_leaves(request.receive):
                 return await self._answer(request, path, raw, plan, observation, overhead)
         except ClientGone:
@@ -139,9 +138,11 @@ class Proxy:
         """Send upstream, failing over as needed, and answer: relayed as a stream, or whole."""
         gk = self.gk
         prefer = (plan.affinity.placement.pool, plan.affinity.placement.replica) if plan.affinity else None
+        streamed = plan.body.get("stream") is True
         try:
             upstream = await send_with_failover(gk, self.upstream, "POST", _target(request, path),
-                                                request.scope["headers"], raw, plan.order, prefer, plan.model)
+                                                request.scope["headers"], raw, plan.order, prefer, plan.model,
+                                                wait_for_body=streamed)
         except NoCapacity:
             self.recorder.finish(plan, None, observation, 503, overhead)
             return openai_error(503, "all pools are at capacity; retry shortly", code="overloaded",
@@ -157,7 +158,7 @@ class Proxy:
             raise
         observation.failovers = upstream.failovers
         headers = downstream_headers(upstream.response.headers) + _raw(plan.headers(upstream.pool.name))
-        if plan.body.get("stream") is True and upstream.response.status_code == 200:
+        if streamed and upstream.response.status_code == 200:
             strip = not client_wants_usage(plan.body)
             stream = StreamingResponse(self._stream(plan, upstream, observation, strip, overhead), status_code=200)
             stream.raw_headers = headers

@@ -3,7 +3,9 @@
 Both pools serve the same target, so any of them can answer anything. A
 refused connection, a timeout before the first byte, or a 502/503/504 moves the
 request to the next pool in the plan's order, within the retry budget and
-never past a pool's capacity. Anything else, 4xx included, passes through.
+never past a pool's capacity; so does a stream that breaks before its first
+event, when the client has been sent nothing yet. Anything else, 4xx included,
+passes through.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from proxy.gatekeeper import Gatekeeper
 from proxy.pools import Pool, Replica
 from proxy.upstream import (
     Headers,
+    UpstreamAborted,
     UpstreamClient,
     UpstreamConnectError,
     UpstreamError,
@@ -89,7 +92,12 @@ async def send_with_failover(
     order: list[str],
     prefer_replica: tuple[str, str] | None,
     model: str | None,
+    wait_for_body: bool = False,
 ) -> Upstream:
+    """The first pool's answer that can go to the client. With ``wait_for_body`` (a
+    stream), a 200 counts only once its first bytes have come: until then the
+    client has nothing, and a pool that fails meanwhile is failed over like one
+    that refused."""
     gk.budget.deposit()
     pools = [p for p in (gk.pool(name) for name in order) if p is not None]
     first = gk.pools.first_with_room(pools) or await gk.pools.wait_for_room(pools, gk.settings.queue_timeout)
@@ -119,13 +127,20 @@ async def send_with_failover(
         tried.add(replica.url)
         replica.start()
         send_headers = upstream_headers(headers, pool, strip_authorization=bool(gk.settings.api_keys))
+        response = None
         try:
             response = await client.origin(replica.url).request(
                 method, target, send_headers, body, gk.settings.connect_timeout, gk.settings.first_byte_timeout)
-        except asyncio.CancelledError:
+            if wait_for_body and response.status_code == 200:
+                await response.wait_for_body()
+        except (asyncio.CancelledError, UpstreamAborted):  # the client left, or the proxy is stopping
+            if response is not None:
+                await response.aclose()
             gk.pools.release(replica)
             raise
         except UpstreamError as exc:
+            if response is not None:
+                await response.aclose()
             gk.pools.release(replica)
             kind, last_error, last_status = _FAILURES.get(type(exc), _FAILURES[UpstreamProtocolError])
             if isinstance(exc, UpstreamConnectError):

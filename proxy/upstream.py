@@ -177,20 +177,38 @@ class UpstreamResponse:
             return b"".join(chunks[:-1])  # type: ignore[arg-type]
         return b"".join([chunk async for chunk in self.aiter_raw()])
 
+    async def wait_for_body(self) -> None:
+        """Wait until the body's first bytes (or its end) arrive, consuming nothing;
+        raise what broke the exchange if it broke first.
+
+        A stream's headers come at once and its first event only after prefill,
+        which takes seconds on a long prompt: a server that fails in between has
+        sent nothing a client could use, so the request can still go elsewhere.
+        """
+        conn = self._conn
+        if not conn.chunks:
+            await self._wait_for_chunk()
+        if isinstance(conn.chunks[0], Exception):
+            raise conn.chunks[0]
+
+    async def _wait_for_chunk(self) -> None:
+        conn = self._conn
+        # one future and one timer per wait: asyncio.wait_for would start a task each time
+        loop = asyncio.get_running_loop()
+        conn.waiter = waiter = loop.create_future()
+        timer = loop.call_later(self._read_timeout, _expire, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            conn.waiter = None
+        if not conn.chunks:
+            raise UpstreamTimeout(f"no data for {self._read_timeout}s")
+
     async def _next_chunk(self) -> bytes | None:
         conn = self._conn
         if not conn.chunks:
-            # one future and one timer per wait: asyncio.wait_for would start a task each time
-            loop = asyncio.get_running_loop()
-            conn.waiter = waiter = loop.create_future()
-            timer = loop.call_later(self._read_timeout, _expire, waiter)
-            try:
-                await waiter
-            finally:
-                timer.cancel()
-                conn.waiter = None
-            if not conn.chunks:
-                raise UpstreamTimeout(f"no data for {self._read_timeout}s")
+            await self._wait_for_chunk()
         item = conn.chunks.popleft()
         if conn.paused and len(conn.chunks) < _PAUSE_AT // 2 and conn.transport is not None:
             conn.paused = False

@@ -318,6 +318,22 @@ def test_failover_on_503_and_stream_dying_midway() -> None:
         assert text.rstrip().endswith("data: [DONE]")
 
 
+def test_a_stream_that_breaks_before_its_first_event_goes_to_another_pool() -> None:
+    """A replica that fails during prefill has sent headers and nothing else: the
+    client has nothing yet, so the request is failed over, not answered with an error."""
+    with stack(8) as st:
+        body = {"model": MODEL, "messages": USER, "temperature": 0.7, "stream": True, "max_tokens": 20}
+        chosen = httpx.post(f"{st.proxy.url}/draftgate/explain", json=body).json()["route"]
+        dying, other = (st.off, "spec-on") if chosen == "spec-off" else (st.on, "spec-off")
+        httpx.post(f"{dying.url}/debug/faults", json={"die_before_first_event": True})
+        r = httpx.post(f"{st.proxy.url}/v1/chat/completions", json=body, timeout=30)
+        assert r.status_code == 200 and r.headers["x-draftgate-route"] == other
+        events = [json.loads(line[6:]) for line in r.text.split("\n\n") if line.startswith("data: {")]
+        assert not any("error" in e for e in events) and events[-1]["choices"][0]["finish_reason"] == "length"
+        assert st.metric("draftgate_failovers_total", from_pool=chosen, to_pool=other) == 1
+        assert wait_until(lambda: all(p.inflight == 0 for p in st.proxy.server.config.app.state.proxy.gk.pools))
+
+
 def test_saturated_speculation_pool_sheds_marginal_traffic() -> None:
     with stack(6, spec_max_num_seqs=2, on_kwargs={"max_num_seqs": 2, "time_scale": 0.1}) as st:
         async def run() -> list[str]:

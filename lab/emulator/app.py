@@ -354,6 +354,8 @@ class Emulator:
         pumps = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(seqs)]
         sent_tokens = 0
         try:
+            if self.faults.die_before_first_event:
+                raise ConnectionAbortedError("injected fault: the server dies during prefill")
             finished = 0
             announced: set[int] = set()
             while finished < len(seqs):

@@ -18,5 +18,6 @@ class Faults(BaseModel):
     error_rate: float = Field(1.0, ge=0.0, le=1.0, description="share of requests error_status applies to")
     first_byte_delay: float = Field(0.0, ge=0.0, description="seconds before any byte of a completion")
     die_after_tokens: int | None = Field(None, ge=0, description="drop a stream after this many tokens")
+    die_before_first_event: bool = Field(False, description="drop a stream after its headers, as in prefill")
     malformed_chunk_after_tokens: int | None = Field(None, ge=0, description="send a broken SSE chunk")
     mismatch_rate: float = Field(0.0, ge=0.0, le=1.0, description="alter output text (breaks losslessness)")
