@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, ClassVar, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
@@ -48,9 +49,23 @@ class PoolConfig(BaseModel):
     @field_validator("urls")
     @classmethod
     def _http_urls(cls, urls: list[str]) -> list[str]:
+        """Server base URLs, checked here: a typo must stop startup, not fail every request."""
         for url in urls:
-            if not url.startswith(("http://", "https://")):
-                raise ValueError(f"{url!r} is not an http(s) URL")
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"{url!r} is not an http(s) URL with a host")
+            try:
+                parts.port
+            except ValueError:
+                raise ValueError(f"{url!r} has a port outside 0-65535") from None
+            if parts.username is not None or parts.password is not None:
+                raise ValueError(f"{url!r} carries credentials: give the pool's key as api_key")
+            path = parts.path.rstrip("/")
+            if path or parts.query or parts.fragment:
+                # the usual slip: an OpenAI base_url, which ends in /v1, where the server's is wanted
+                hint = "; the proxy adds /v1 itself" if path == "/v1" else ""
+                raise ValueError(
+                    f"{url!r}: give the server's base URL, scheme://host:port, without a path or query{hint}")
         return [u.rstrip("/") for u in urls]
 
 

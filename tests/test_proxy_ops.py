@@ -38,6 +38,23 @@ def test_invalid_configuration_stops_startup_with_one_line(tmp_path: Path) -> No
     assert "pools.0.urls" in proc.stderr
 
 
+@pytest.mark.parametrize(("url", "needle"), [
+    ("http://vllm:8000/v1", "the proxy adds /v1 itself"),
+    ("http://vllm:99999", "port outside"),
+    ("http://", "with a host"),
+    ("vllm:8000", "with a host"),
+    ("http://vllm:8000/?x=1", "without a path or query"),
+    ("http://user:key@vllm:8000", "api_key"),
+])
+def test_pool_urls_that_could_not_serve_stop_startup(url: str, needle: str) -> None:
+    """Each of these used to be accepted, then failed every request (a port out of range with a 500)."""
+    with pytest.raises(ConfigError, match="pools.0.urls") as raised:
+        load_settings(None, pools=[{"name": "p", "urls": [url]}])
+    assert needle in str(raised.value)
+    assert load_settings(None, pools=[{"name": "p", "urls": ["https://[::1]:8000/"]}]).pools[0].urls == [
+        "https://[::1]:8000"]
+
+
 def test_environment_overrides_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump({"port": 9000, "pools": [{"name": "p", "urls": ["http://127.0.0.1:1"]}],
