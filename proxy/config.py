@@ -68,6 +68,14 @@ class PoolConfig(BaseModel):
                     f"{url!r}: give the server's base URL, scheme://host:port, without a path or query{hint}")
         return [u.rstrip("/") for u in urls]
 
+    @model_validator(mode="after")
+    def _resolvable(self) -> PoolConfig:
+        if self.dns_refresh_seconds > 0 and any(u.startswith("https://") for u in self.urls):
+            # replicas are then reached by address, and a certificate names the host
+            raise ValueError("dns_refresh_seconds needs http:// URLs: replicas found by DNS are reached by "
+                             "address, which an https certificate does not name")
+        return self
+
 
 class ModelPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -55,6 +55,12 @@ def test_pool_urls_that_could_not_serve_stop_startup(url: str, needle: str) -> N
         "https://[::1]:8000"]
 
 
+def test_dns_expansion_of_an_https_pool_stops_startup() -> None:
+    """Replicas found by DNS are reached by address, which the server's certificate does not name."""
+    with pytest.raises(ConfigError, match="dns_refresh_seconds needs http"):
+        load_settings(None, pools=[{"name": "p", "urls": ["https://vllm:8000"], "dns_refresh_seconds": 5}])
+
+
 def test_environment_overrides_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump({"port": 9000, "pools": [{"name": "p", "urls": ["http://127.0.0.1:1"]}],
