@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 
 class BadRequest(Exception):
@@ -34,11 +34,16 @@ async def read_body(request: Request, limit: int) -> bytes:
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BadRequest(413, f"request body exceeds {limit} bytes")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BadRequest(413, f"request body exceeds {limit} bytes")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise BadRequest(413, f"request body exceeds {limit} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        # a client gone mid-upload (a timeout, a dropped link) is no fault of the proxy's:
+        # counted as 499, as nginx names it, never logged as an error
+        raise BadRequest(499, "the client disconnected while sending the request") from None
     return b"".join(chunks)
 
 

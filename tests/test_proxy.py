@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -217,6 +219,18 @@ def test_odd_values_in_any_field_never_break_the_proxy() -> None:
                 if served.status_code >= 400:
                     assert set(served.json()["error"]) >= {"message", "type", "param", "code"}, case
         assert st.metric("draftgate_gate_errors_total") == 0
+
+
+def test_a_client_gone_mid_upload_is_counted_as_499_not_logged_as_an_error(
+        s: Stack, caplog: pytest.LogCaptureFixture) -> None:
+    for path in ("/v1/chat/completions", "/v1/embeddings"):
+        with socket.create_connection(("127.0.0.1", s.proxy.port)) as sock:
+            sock.sendall(f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                         f"content-length: 1000\r\n\r\n{{\"model\": ".encode())
+            time.sleep(0.1)
+    assert wait_until(lambda: s.metric("draftgate_requests_total", route="none", status="499") >= 1)
+    assert httpx.get(f"{s.proxy.url}/health").status_code == 200
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
 
 
 def test_unknown_paths_and_methods_get_openai_errors(s: Stack) -> None:
