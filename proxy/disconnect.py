@@ -1,8 +1,8 @@
 """Stop working for a client that has gone.
 
 A non-streamed answer can take a long time upstream (a long reasoning answer
-sends no byte before the end), and a client that gave up meanwhile must not
-keep a GPU busy: vLLM aborts a request whose connection closes, so the proxy
+sends no byte before the end), so can a stream's first event (the prefill of
+a long prompt), and a client that gave up meanwhile must not keep a GPU busy: vLLM aborts a request whose connection closes, so the proxy
 closes its upstream connection as soon as it notices its own client left.
 """
 
