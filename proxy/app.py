@@ -35,15 +35,11 @@ from proxy.monitor import Monitor
 from proxy.observe import Observation
 from proxy.recorder import Recorder
 from proxy.request_body import BadRequest, read_body, read_json, validate
+from proxy.shutdown import Shutdown, shutting_down_error, shutting_down_event
 from proxy.relay import client_wants_usage, relay_events
 from proxy.upstream import UpstreamAborted, UpstreamClient, UpstreamError
 
 log = logging.getLogger("draftgate.proxy")
-
-# How long before the shutdown grace runs out the proxy ends what is still running
-# itself, so that the ending reaches clients in a form they understand.
-CUT_AHEAD_SECONDS = 1.0
-SHUTTING_DOWN = "draftgate is shutting down"
 
 # vLLM serves these beside /v1 (clients count tokens with /tokenize before they
 # send); the proxy passes them through as it does the rest of /v1. Not
@@ -61,10 +57,10 @@ class Proxy:
         self.upstream = UpstreamClient()  # the hot path (see proxy/upstream.py for why not httpx)
         self.client = httpx.AsyncClient(timeout=10.0)  # health checks, scrapes, model lists
         self.recorder = Recorder(self.gk)
-        self.monitor = Monitor(self.gk.pools, self.client, lambda: self.gk.settings, on_scrape=self.recorder.on_scrape)
+        self.monitor = Monitor(self.gk.pools, self.client, lambda: self.gk.settings, on_scrape=self.recorder.on_scrape,
+                               on_replicas_changed=self.forget_gone_replicas)
         self.catalog = ModelCatalog(self.gk.pools, self.client)
-        self.loop: asyncio.AbstractEventLoop | None = None  # set when serving starts
-        self.stopping = False
+        self.shutdown = Shutdown(self.upstream)
         self.warn_about_attribution(settings)
 
     @staticmethod
@@ -76,23 +72,6 @@ class Proxy:
                 "attributed from their counters by one proxy is unsound; run them with "
                 "--per-request-spec-decode-metrics, or regress in Prometheus over draftgate_output_tokens_total",
                 ", ".join(blind), settings.proxy_replicas)
-
-    def begin_shutdown(self, grace: float) -> None:
-        """The server got SIGTERM: it accepts nothing more and lets requests in flight
-        finish for ``grace`` seconds, then cuts their connections. Just before that,
-        end whatever still runs in a form a client understands: a 503 to retry
-        elsewhere for an answer not yet begun, an error event ending a stream. Closing
-        their upstream connections also frees the GPUs (vLLM aborts those requests).
-
-        Called from the signal handler, so it only schedules."""
-        if self.stopping or self.loop is None:
-            return
-        self.stopping = True
-        self.loop.call_soon_threadsafe(self._schedule_cut, max(0.0, grace - min(CUT_AHEAD_SECONDS, grace / 5)))
-
-    def _schedule_cut(self, delay: float) -> None:
-        log.info("shutting down: requests in flight have %.1f s to finish", delay)
-        asyncio.get_running_loop().call_later(delay, self.upstream.abort_all, UpstreamAborted(SHUTTING_DOWN))
 
     # ------------------------------------------------------------ gated routes
 
@@ -152,7 +131,7 @@ class Proxy:
             return openai_error(exc.status, f"no pool could serve the request: {exc}", code="upstream_unavailable")
         except UpstreamAborted:
             self.recorder.finish(plan, None, observation, 503, overhead)
-            return _shutting_down()
+            return shutting_down_error()
         except asyncio.CancelledError:
             self.recorder.finish(plan, None, observation, 499, overhead)
             raise
@@ -184,7 +163,7 @@ class Proxy:
         await upstream.response.aclose()
         observation.first_byte_at = observation.finished_at = time.perf_counter()
         if aborted:
-            response = _shutting_down()
+            response = shutting_down_error()
         elif status != upstream.response.status_code:
             response = openai_error(502, "upstream failed while answering")
         else:
@@ -234,7 +213,7 @@ class Proxy:
             yield stream_error_event(502, f"upstream failed mid-stream: {type(exc).__name__}")
         except UpstreamAborted:
             status = 503
-            yield stream_error_event(503, f"{SHUTTING_DOWN}: the stream was cut before its end")
+            yield shutting_down_event()
         except asyncio.CancelledError:
             status = 499
             raise
@@ -280,7 +259,7 @@ class Proxy:
         except UpstreamUnavailable as exc:
             return openai_error(exc.status, f"no pool could serve the request: {exc}")
         except UpstreamAborted:
-            return _shutting_down()
+            return shutting_down_error()
 
         async def body() -> AsyncIterator[bytes]:
             try:
@@ -336,12 +315,14 @@ class Proxy:
         if self.reload_settings is None:
             raise ConfigError("this proxy was started without a configuration file to reload")
         self.gk.reload(self.reload_settings())
+        self.forget_gone_replicas()
         log.info("configuration reloaded")
 
-
-def _shutting_down() -> Response:
-    return openai_error(503, f"{SHUTTING_DOWN}; retry the request", code="shutting_down",
-                        headers={"retry-after": "1"})
+    def forget_gone_replicas(self) -> None:
+        """Drop what is kept per replica URL for URLs no pool has any more."""
+        live = {url for pool in self.gk.pools for url in pool.replicas}
+        self.upstream.keep_only(live)
+        self.recorder.keep_only(live)
 
 
 def _raw(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
@@ -359,7 +340,7 @@ def create_app(settings: ProxySettings, reload_settings: Callable[[], ProxySetti
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         proxy.monitor.start()
-        proxy.loop = loop = asyncio.get_running_loop()
+        proxy.shutdown.loop = loop = asyncio.get_running_loop()
         try:
             loop.add_signal_handler(signal.SIGHUP, _sighup, proxy)
         except (ValueError, RuntimeError, NotImplementedError):

@@ -68,11 +68,13 @@ class Monitor:
     """The proxy's background tasks; ``settings`` is asked afresh each round, so a reload applies."""
 
     def __init__(self, pools: PoolSet, client: httpx.AsyncClient, settings: Callable[[], ProxySettings],
-                 on_scrape: Callable[[Pool, Replica, dict[str, float], bool], None] | None = None) -> None:
+                 on_scrape: Callable[[Pool, Replica, dict[str, float], bool], None] | None = None,
+                 on_replicas_changed: Callable[[], None] | None = None) -> None:
         self.pools = pools
         self.client = client
         self.settings = settings
         self.on_scrape = on_scrape
+        self.on_replicas_changed = on_replicas_changed
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
@@ -184,3 +186,5 @@ class Monitor:
             return
         current = pool.replicas
         pool.replicas = {url: current.get(url) or Replica(url) for url in urls}
+        if set(current) != set(urls) and self.on_replicas_changed is not None:
+            self.on_replicas_changed()

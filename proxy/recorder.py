@@ -168,6 +168,13 @@ class Recorder:
         rounds = sum(weights[c] / total / (known[c] + 1.0) for c in known)
         return 1.0 / rounds - 1.0
 
+    def keep_only(self, replica_urls: set[str]) -> None:
+        """Forget the attribution state of replicas that are gone: kept per URL, it
+        would otherwise grow with every rollout that gives the pods new addresses."""
+        for state in (self.attribution, self.window_tokens, self.last_accepted, self.window_age):
+            for url in [u for u in state if u not in replica_urls]:
+                del state[url]
+
     # ------------------------------------------------------------ scrapes and gauges
 
     def on_scrape(self, pool: Pool, replica: Replica, values: dict[str, float], quiet: bool) -> None:

@@ -338,6 +338,18 @@ class UpstreamClient:
             origin = self._origins[base_url] = Origin(base_url)
         return origin
 
+    def __contains__(self, base_url: object) -> bool:
+        return base_url in self._origins
+
+    def keep_only(self, base_urls: set[str]) -> None:
+        """Drop the origins of replicas that are gone (a rollout behind a headless
+        Service renames them all): their idle connections close now, and those
+        still busy close when their response does."""
+        for url in [u for u in self._origins if u not in base_urls]:
+            origin = self._origins.pop(url)
+            origin.max_idle = 0  # a connection handed back is closed, not pooled
+            origin.close()
+
     def abort_all(self, exc: UpstreamAborted) -> None:
         """End every exchange under way with ``exc`` (see ``_Connection.abort``)."""
         for origin in self._origins.values():

@@ -19,6 +19,8 @@ from lab.servers import ServerProcess, free_port
 from proxy.app import create_app
 from proxy.config import ConfigError, load_settings
 from proxy.metrics import MAX_MODEL_LABELS, OTHER_MODELS
+from proxy.monitor import Monitor
+from proxy.pools import PoolSet
 from tests.conftest import emulator
 from tests.proxy_harness import metric_value, proxy_server, proxy_settings, stack, wait_until
 
@@ -241,6 +243,53 @@ def test_dns_names_resolve_to_replicas() -> None:
             assert wait_until(lambda: f"http://127.0.0.1:{port}" in pool.replicas), list(pool.replicas)
             r = httpx.post(f"{proxy.url}/v1/chat/completions", json={"model": MODEL, "messages": USER, "max_tokens": 2})
             assert r.status_code == 200
+
+
+def test_a_dns_change_is_reported_once_so_state_of_gone_replicas_can_be_dropped() -> None:
+    settings = load_settings(None, pools=[{"name": "p", "urls": ["http://localhost:8000"],
+                                           "dns_refresh_seconds": 1}])
+    pools = PoolSet(settings.pools, 0)
+    pool = pools.pools["p"]
+    changes: list[int] = []
+
+    async def resolve_twice() -> None:
+        async with httpx.AsyncClient() as client:
+            monitor = Monitor(pools, client, lambda: settings, on_replicas_changed=lambda: changes.append(1))
+            await monitor.resolve(pool)
+            assert "http://localhost:8000" not in pool.replicas and "http://127.0.0.1:8000" in pool.replicas
+            await monitor.resolve(pool)  # the same addresses again: nothing changed
+
+    asyncio.run(resolve_twice())
+    assert changes == [1]
+
+
+def test_what_is_kept_per_replica_goes_with_the_replica(tmp_path: Path) -> None:
+    """Every rollout behind a headless Service gives the pods new addresses: the
+    connections and attribution windows kept per replica URL must not pile up."""
+    with emulator(26, True) as old, emulator(27, True) as new, emulator(26, False) as off:
+        cfg = tmp_path / "c.yaml"
+
+        def write(spec_url: str) -> None:
+            cfg.write_text(yaml.safe_dump({
+                "pools": [{"name": "spec-on", "urls": [spec_url], "speculation": {"gamma": 8},
+                           "per_request_metrics": False}, {"name": "spec-off", "urls": [off.url]}],
+                "default_policy": {"mode": "always_on"}, "scrape_interval": 0.2, "log_requests": False}))
+
+        write(old.url)
+        app = create_app(load_settings(cfg), reload_settings=lambda: load_settings(cfg))
+        proxy = app.state.proxy
+        body = {"model": MODEL, "messages": USER, "max_tokens": 4}
+        with proxy_server(app) as server:
+            assert httpx.post(f"{server.url}/v1/chat/completions", json=body).headers["x-draftgate-route"] == "spec-on"
+            assert wait_until(lambda: old.url in proxy.recorder.last_accepted), "no attribution window was opened"
+            assert old.url in proxy.upstream
+            write(new.url)
+            proxy.do_reload()
+            assert old.url not in proxy.upstream
+            assert all(old.url not in state for state in (proxy.recorder.attribution, proxy.recorder.window_tokens,
+                                                          proxy.recorder.last_accepted, proxy.recorder.window_age))
+            assert httpx.post(f"{server.url}/v1/chat/completions", json=body).status_code == 200
+            assert new.url in proxy.upstream
 
 
 def test_a_failing_gate_or_recorder_never_costs_the_client_its_answer() -> None:

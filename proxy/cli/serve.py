@@ -63,10 +63,10 @@ def run(args: argparse.Namespace) -> int:
                       for p in settings.pools)
     print(f"draftgate: serving on http://{settings.host}:{settings.port}/v1 in front of {pools}", flush=True)
     # On SIGTERM uvicorn stops accepting at once and lets requests in flight finish, up to
-    # the grace; the proxy ends what still runs just before that (Proxy.begin_shutdown).
+    # the grace; the proxy ends what still runs just before that (proxy/shutdown.py).
     grace = settings.graceful_shutdown_seconds
     config = uvicorn.Config(app, host=settings.host, port=settings.port, timeout_graceful_shutdown=grace,
                             **UVICORN_OPTIONS)
-    server = SignalAwareServer(config, on_signal=lambda: app.state.proxy.begin_shutdown(grace))
+    server = SignalAwareServer(config, on_signal=lambda: app.state.proxy.shutdown.begin(grace))
     server.run()
     return 0 if server.started else 3  # as uvicorn.run exits when it could not start (a port in use)

@@ -1,0 +1,55 @@
+"""Stopping without dropping what clients are owed.
+
+On SIGTERM uvicorn accepts nothing more and lets requests in flight finish for
+the grace (``graceful_shutdown_seconds``), then cancels them: a client would
+see its connection drop mid-answer, and the log a traceback. Just before the
+grace runs out, the proxy ends what still runs itself, in forms clients
+understand: a 503 to retry elsewhere for an answer not yet begun, vLLM's error
+event for a stream under way. Closing those upstream connections also frees
+their GPU slots, since vLLM aborts a request whose connection closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from starlette.responses import Response
+
+from proxy.errors import openai_error, stream_error_event
+from proxy.upstream import UpstreamAborted, UpstreamClient
+
+log = logging.getLogger("draftgate.proxy")
+
+# how long before the grace runs out the proxy ends what still runs, so the ending reaches clients
+CUT_AHEAD_SECONDS = 1.0
+SHUTTING_DOWN = "draftgate is shutting down"
+
+
+class Shutdown:
+    def __init__(self, upstream: UpstreamClient) -> None:
+        self.upstream = upstream
+        self.loop: asyncio.AbstractEventLoop | None = None  # set when serving starts
+        self.started = False
+
+    def begin(self, grace: float) -> None:
+        """The server got SIGTERM. Called from the signal handler, so it only schedules."""
+        if self.started or self.loop is None:
+            return
+        self.started = True
+        self.loop.call_soon_threadsafe(self._schedule_cut, max(0.0, grace - min(CUT_AHEAD_SECONDS, grace / 5)))
+
+    def _schedule_cut(self, delay: float) -> None:
+        log.info("shutting down: requests in flight have %.1f s to finish", delay)
+        asyncio.get_running_loop().call_later(delay, self.upstream.abort_all, UpstreamAborted(SHUTTING_DOWN))
+
+
+def shutting_down_error() -> Response:
+    """The answer to a request the shutdown ended before its answer began."""
+    return openai_error(503, f"{SHUTTING_DOWN}; retry the request", code="shutting_down",
+                        headers={"retry-after": "1"})
+
+
+def shutting_down_event() -> bytes:
+    """The end of a stream the shutdown cut short, in vLLM's shape."""
+    return stream_error_event(503, f"{SHUTTING_DOWN}: the stream was cut before its end")
