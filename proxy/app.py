@@ -105,12 +105,13 @@ class Proxy:
             return Response(status_code=499)
 
     def _plan(self, body: dict[str, Any], endpoint: str) -> Plan:
+        serving = self.catalog.pools_serving(body.get("model"))
         try:
-            return self.gk.plan(body, endpoint)
+            return self.gk.plan(body, endpoint, serving)
         except Exception as exc:  # a bug in the gate must not lose the request
             log.exception("the gate failed on a request; routing it to a plain pool")
             self.gk.metrics.gate_errors.inc()
-            return self.gk.fallback_plan(body, endpoint, exc)
+            return self.gk.fallback_plan(body, endpoint, exc, serving)
 
     async def _answer(self, request: Request, path: str, raw: bytes, plan: Plan, observation: Observation,
                       overhead: float) -> Response:

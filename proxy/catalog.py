@@ -1,10 +1,17 @@
-"""Which models the pools serve: the union of their ``/v1/models``.
+"""Which models the pools serve: the union of their ``/v1/models``, and which pool serves which.
 
 The proxy refuses a request for a model no pool serves with the 404 vLLM would
-give, without sending it anywhere. The list is read from one healthy replica
-per pool, again when a request names a model not on it (at most every few
-seconds: names come from clients), and while no pool has answered, every
-model is admitted, so a proxy that starts before its pools still forwards.
+give, without sending it anywhere; and it routes a request only to pools that
+serve its model. Pools usually serve the same target, but one may carry a
+LoRA adapter or a second model the other lacks, and the 404 it would answer
+passes through to the client as any 4xx does.
+
+Each pool's list is read from one healthy replica, again when a request names
+a model not on any list (at most every few seconds: names come from clients),
+and in the background once the lists are older than half a minute. A pool
+whose list is unknown (it has not answered yet) is assumed to serve anything,
+and while no pool has answered, every model is admitted, so a proxy that starts
+before its pools still forwards.
 """
 
 from __future__ import annotations
@@ -18,7 +25,8 @@ import httpx
 from proxy.pools import PoolSet
 from proxy.request_body import BadRequest
 
-REFRESH_AFTER_SECONDS = 5.0
+RETRY_UNKNOWN_AFTER_SECONDS = 5.0
+REFRESH_AFTER_SECONDS = 30.0
 
 
 class ModelCatalog:
@@ -26,34 +34,51 @@ class ModelCatalog:
         self.pools = pools
         self.client = client
         self.known: set[str] = set()
+        self.served_by: dict[str, set[str]] = {}  # pool name -> the model ids it listed
         self.checked_at = 0.0
+        self._background: asyncio.Task[Any] | None = None
 
     async def check(self, body: dict[str, Any]) -> None:
         """Raise a 404 BadRequest if no pool serves the model ``body`` names."""
         model = body.get("model")
         if not isinstance(model, str):
             return
-        if model not in self.known and time.monotonic() - self.checked_at > REFRESH_AFTER_SECONDS:
+        age = time.monotonic() - self.checked_at
+        if model not in self.known and age > RETRY_UNKNOWN_AFTER_SECONDS:
             await self.refresh()
+        elif age > REFRESH_AFTER_SECONDS and (self._background is None or self._background.done()):
+            self._background = asyncio.get_running_loop().create_task(self.refresh())
         if self.known and model not in self.known:
             raise BadRequest(404, f"The model `{model}` does not exist.", param="model", code="model_not_found")
+
+    def pools_serving(self, model: Any) -> set[str] | None:
+        """The pools that may serve ``model``: those that list it and those whose list
+        is unknown. None when that is every pool, or the model is not a name."""
+        if not isinstance(model, str) or not self.served_by:
+            return None
+        names = {pool.name for pool in self.pools}
+        serving = {name for name in names if model in self.served_by.get(name, (model,))}
+        return serving if serving and serving != names else None
 
     async def refresh(self) -> list[dict[str, Any]]:
         """The pools' model entries, merged by id (the first pool to list one wins)."""
         self.checked_at = time.monotonic()
-        merged: dict[str, dict[str, Any]] = {}
 
         async def fetch(url: str) -> list[dict[str, Any]]:
             response = await self.client.get(f"{url}/v1/models", timeout=3.0)
             data = response.json().get("data", []) if response.status_code == 200 else []
             return [m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
 
-        urls = [r.url for pool in self.pools for r in pool.healthy_replicas()[:1]]
-        results = await asyncio.gather(*(fetch(u) for u in urls), return_exceptions=True)
-        for result in results:
+        asked = [(pool.name, r.url) for pool in self.pools for r in pool.healthy_replicas()[:1]]
+        results = await asyncio.gather(*(fetch(url) for _, url in asked), return_exceptions=True)
+        merged: dict[str, dict[str, Any]] = {}
+        served_by: dict[str, set[str]] = {}
+        for (pool, _), result in zip(asked, results):
             if isinstance(result, list):
+                served_by[pool] = {entry["id"] for entry in result}
                 for entry in result:
                     merged.setdefault(entry["id"], entry)
         if merged:
             self.known = set(merged)
+            self.served_by = served_by
         return list(merged.values())

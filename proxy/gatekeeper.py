@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import random
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from policy.calibration import Calibration, CalibrationError
@@ -131,7 +131,8 @@ class Gatekeeper:
                 self._policies[model] = policy
         return policy
 
-    def plan(self, body: dict[str, Any], endpoint: str) -> Plan:
+    def plan(self, body: dict[str, Any], endpoint: str, serving: set[str] | None = None) -> Plan:
+        """``serving``: the pools that serve the request's model, when not all do."""
         model = body.get("model") if isinstance(body.get("model"), str) else None
         prior = estimate(body, priors=self.settings.structure_priors, defaults=self.sampling_defaults(),
                          endpoint="chat" if endpoint == "chat" else "completions")
@@ -141,8 +142,13 @@ class Gatekeeper:
         match = self.affinity.lookup(conversation, blended.prompt_tokens)
         policy = self.gate_policy(model)
         affinity = Affinity(match.placement.pool, match.cached_tokens) if match else None
-        decision = decide(blended, self.pools.views(), self.calibration, policy, affinity,
-                          previous=self._last_route.get(shape))
+        views = self.pools.views()
+        if serving is not None:
+            views = [v for v in views if v.name in serving] or views
+        decision = decide(blended, views, self.calibration, policy, affinity, previous=self._last_route.get(shape))
+        if len(views) < len(self.pools.pools):
+            decision = replace(decision, reasons=(f"only {', '.join(v.name for v in views)} serve {model}",
+                                                  *decision.reasons))
         order = [decision.route] + [c.pool for c in sorted(decision.costs, key=lambda c: c.cost_per_token)
                                     if c.pool != decision.route]
         self._remember(shape, decision.route)
@@ -150,11 +156,13 @@ class Gatekeeper:
         self._maybe_explore(plan, policy.mode)
         return plan
 
-    def fallback_plan(self, body: dict[str, Any], endpoint: str, error: Exception) -> Plan:
+    def fallback_plan(self, body: dict[str, Any], endpoint: str, error: Exception,
+                      serving: set[str] | None = None) -> Plan:
         """A plan made without the gate, for a request the gate failed on: plain pools
         first. Speculation is an optimisation; a bug in weighing it must not cost the
         client its answer."""
-        order = [p.name for p in sorted(self.pools, key=lambda p: p.speculative)]
+        pools = [p for p in self.pools if serving is None or p.name in serving] or list(self.pools)
+        order = [p.name for p in sorted(pools, key=lambda p: p.speculative)]
         reason = f"the gate failed ({type(error).__name__}): sent to a plain pool unassessed"
         decision = Decision(route=order[0], predicted_saving=0.0, predicted_tau={}, reasons=(reason,),
                             cause="gate_error", break_even=lambda: (None, "the gate failed"))

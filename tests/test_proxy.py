@@ -13,7 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.proxy_harness import Stack, metric_value, stack, wait_until
+from proxy.app import create_app
+from tests.conftest import emulator
+from tests.proxy_harness import Stack, metric_value, proxy_server, proxy_settings, stack, wait_until
 
 MODEL = "Qwen/Qwen3-32B"
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -346,6 +348,25 @@ def test_a_stream_that_breaks_before_its_first_event_goes_to_another_pool() -> N
         assert not any("error" in e for e in events) and events[-1]["choices"][0]["finish_reason"] == "length"
         assert st.metric("draftgate_failovers_total", from_pool=chosen, to_pool=other) == 1
         assert wait_until(lambda: all(p.inflight == 0 for p in st.proxy.server.config.app.state.proxy.gk.pools))
+
+
+def test_a_model_one_pool_lacks_goes_only_to_pools_that_serve_it() -> None:
+    """Pools may differ in what they serve (a LoRA adapter, a second model): whatever
+    the gate would prefer, a request goes only to a pool that lists its model."""
+    small = "Qwen/Qwen3-8B"
+    with emulator(41, True) as on, emulator(41, False, model=small) as off:
+        app = create_app(proxy_settings(on.url, off.url))
+        with proxy_server(app) as proxy:
+            tool_call = {"messages": USER, "tools": [WEATHER], "tool_choice": "required", "temperature": 0}
+            prose = {"messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 20}
+            for model, body, only in ((small, tool_call, "spec-off"), (MODEL, prose, "spec-on")):
+                r = httpx.post(f"{proxy.url}/v1/chat/completions", json={"model": model, **body}, timeout=30)
+                assert r.status_code == 200 and r.headers["x-draftgate-route"] == only, (model, r.text[:200])
+                explained = httpx.post(f"{proxy.url}/draftgate/explain", json={"model": model, **body}).json()
+                assert explained["route"] == only and f"only {only} serve {model}" in explained["reasons"]
+            # with the other model, the gate's own choice stands
+            assert httpx.post(f"{proxy.url}/draftgate/explain", json={"model": MODEL, **tool_call}).json()[
+                "route"] == "spec-on"
 
 
 def test_saturated_speculation_pool_sheds_marginal_traffic() -> None:
