@@ -32,7 +32,7 @@ from proxy.forwarding import NoCapacity, Upstream, UpstreamUnavailable, downstre
 from proxy.gatekeeper import Gatekeeper, Plan
 from proxy.hot_routes import HotRoutes
 from proxy.monitor import Monitor
-from proxy.observe import Observation
+from proxy.observe import Observation, parse_json
 from proxy.recorder import Recorder
 from proxy.request_body import BadRequest, read_body, read_json, validate
 from proxy.shutdown import Shutdown, shutting_down_error, shutting_down_event
@@ -243,14 +243,16 @@ class Proxy:
         return JSONResponse({"object": "list", "data": data})
 
     async def passthrough(self, request: Request) -> Response:
-        """Other /v1/* requests, and vLLM's own routes outside /v1, go to a plain pool,
-        with the same failover."""
+        """Other /v1/* requests, and vLLM's own routes outside /v1, go to a plain pool
+        that serves the model they name, with the same failover."""
         try:
             self._authorize(request)
             raw = await read_body(request, self.gk.settings.max_body_bytes)
         except BadRequest as exc:
             return openai_error(exc.status, str(exc), code=exc.code)
-        pools = sorted(self.gk.pools, key=lambda p: p.speculative)
+        named = parse_json(raw) if raw else None
+        serving = self.catalog.pools_serving(named.get("model") if isinstance(named, dict) else None)
+        pools = sorted((p for p in self.gk.pools if serving is None or p.name in serving), key=lambda p: p.speculative)
         try:
             upstream = await send_with_failover(self.gk, self.upstream, request.method,
                                                 _target(request, request.url.path), request.scope["headers"], raw,

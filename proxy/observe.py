@@ -17,11 +17,12 @@ from policy.structure import ObservedStructure, TextParts, measure_parts
 
 
 def parse_json(raw: bytes) -> Any:
-    """The JSON a backend sent (a body or one event's data), or None when it is not JSON.
+    """``raw`` as JSON, or None when it is not JSON; never raises.
 
-    Measuring is a side job of relaying: odd bytes from a backend (broken UTF-8,
-    an integer longer than Python converts, nesting deeper than the recursion
-    limit) must cost the measurement, never the client's response.
+    Reading a backend's answer (a body or one event's data) is a side job of
+    relaying it, as is reading the model a passed-through request names: odd
+    bytes (broken UTF-8, an integer longer than Python converts, nesting deeper
+    than the recursion limit) must cost that reading, never the response.
     """
     try:
         return json.loads(raw)
