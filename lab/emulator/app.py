@@ -2,9 +2,8 @@
 
 Importable for in-process tests (``create_app``), and served by
 ``draftgate emulate`` under uvicorn. Routes mirror vLLM's: chat and text
-completions (streamed and not), models, health, metrics, tokenize, version;
-plus debug routes for tests: the ground truth of what it simulated, fault
-injection, cache reset.
+completions (streamed and not), models, health, metrics, tokenize, version,
+prefix cache reset; plus the debug routes of ``lab/emulator/debug.py``.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ from starlette.routing import Route
 
 from lab.emulator import wire
 from lab.emulator.engine import Engine, Sequence, SpecConfig
+from lab.emulator.debug import debug_routes
 from lab.emulator.faults import Faults
 from lab.emulator.metrics import EngineMetrics
 from lab.emulator.profile import EngineProfile
@@ -60,11 +60,6 @@ class _BadRequest(Exception):
         self.status, self.param = status, param
 
 
-def _error(message: str, status: int, param: str | None = None) -> JSONResponse:
-    kind = {400: "BadRequestError", 404: "NotFoundError", 413: "BadRequestError"}.get(status, "InternalServerError")
-    return JSONResponse(wire.error_body(message, status, kind, param), status_code=status)
-
-
 class Emulator:
     """Request handling around one engine."""
 
@@ -92,48 +87,15 @@ class Emulator:
 
     async def models(self, request: Request) -> JSONResponse:
         entry = {"id": self.config.model, "object": "model", "created": int(time.time()), "owned_by": "vllm",
-                 "root": self.config.model, "parent": None, "max_model_len": self._engine().kv_capacity,
+                 "root": self.config.model, "parent": None, "max_model_len": self.get_engine().kv_capacity,
                  "permission": [], "emulated": True, "description": EMULATOR_NOTE}
         return JSONResponse({"object": "list", "data": [entry]})
 
     async def prometheus(self, request: Request) -> Response:
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    async def ground_truth(self, request: Request) -> JSONResponse:
-        engine = self._engine()
-        return JSONResponse({
-            "emulated": True,
-            "speculative": self.config.spec is not None,
-            "method": self.config.spec.method if self.config.spec else None,
-            "num_speculative_tokens": self.config.spec.num_speculative_tokens if self.config.spec else 0,
-            "draft_cost": engine.draft_cost,
-            "time_scale": self.config.time_scale,
-            "simulated_seconds": engine.simulated_seconds,
-            "busy_seconds": engine.busy_seconds,
-            "kv_capacity_tokens": engine.kv_capacity,
-            "max_num_seqs": engine.max_num_seqs,
-            "profile": self.config.profile.model_dump(mode="json"),
-            **engine.truth.as_json(),
-        })
-
-    async def set_faults(self, request: Request) -> JSONResponse:
-        try:
-            update = await request.json()
-            merged = {**self.faults.model_dump(), **update}
-            self.faults = Faults.model_validate(merged)
-        except Exception as exc:  # noqa: BLE001 - any bad fault spec is the caller's error
-            return _error(f"invalid faults: {exc}", 400)
-        if self.faults.refuse_connections:
-            if self.refuse_hook is None:
-                return _error("refuse_connections needs the server started by draftgate emulate", 400)
-            self.refuse_hook()
-        return JSONResponse(self.faults.model_dump())
-
-    async def last_requests(self, request: Request) -> JSONResponse:
-        return JSONResponse(list(self.received))
-
     async def reset_prefix_cache(self, request: Request) -> Response:
-        self._engine().reset_prefix_cache()
+        self.get_engine().reset_prefix_cache()
         return Response(status_code=200)
 
     async def version(self, request: Request) -> JSONResponse:
@@ -151,9 +113,9 @@ class Emulator:
             else:
                 raise _BadRequest("either 'prompt' (a string) or 'messages' (a list) is required", param="prompt")
         except _BadRequest as exc:
-            return _error(str(exc), exc.status, exc.param)
+            return wire.error_response(str(exc), exc.status, exc.param)
         pieces = tokenize(text)
-        return JSONResponse({"count": len(pieces), "max_model_len": self._engine().kv_capacity,
+        return JSONResponse({"count": len(pieces), "max_model_len": self.get_engine().kv_capacity,
                              "tokens": [token_id(p) for p in pieces],
                              "token_strs": pieces if body.get("return_token_strs") is True else None})
 
@@ -165,7 +127,8 @@ class Emulator:
 
     # ---------------------------------------------------------------- core
 
-    def _engine(self) -> Engine:
+    def get_engine(self) -> Engine:
+        """The engine, made on first use (the app's lifespan starts it)."""
         if self.engine is None:
             self.engine = Engine(self.config.profile, self.config.spec,
                                  self.config.max_num_seqs or self.config.profile.max_num_seqs,
@@ -176,18 +139,18 @@ class Emulator:
         try:
             body = await self._parse(request, endpoint)
         except _BadRequest as exc:
-            return _error(str(exc), exc.status, exc.param)
+            return wire.error_response(str(exc), exc.status, exc.param)
         faults = self.faults
         if faults.first_byte_delay:
             await asyncio.sleep(faults.first_byte_delay)
         if faults.error_status and self.rng.random() < faults.error_rate:
-            return _error("injected fault", faults.error_status)
+            return wire.error_response("injected fault", faults.error_status)
         try:
             seqs, gens, prompt_len = self._sequences(body, endpoint)
             for seq in seqs:
-                self._engine().submit(seq)
+                self.get_engine().submit(seq)
         except ValueError as exc:
-            return _error(str(exc), 400)
+            return wire.error_response(str(exc), 400)
         rid = ("chatcmpl-" if endpoint == "chat" else "cmpl-") + uuid.uuid4().hex
         if body.get("stream"):
             return StreamingResponse(self._stream(rid, body, endpoint, seqs, gens, prompt_len),
@@ -197,7 +160,7 @@ class Emulator:
         await asyncio.wait({done, gone}, return_when=asyncio.FIRST_COMPLETED)
         if not done.done():
             for seq in seqs:
-                self._engine().abort(seq)
+                self.get_engine().abort(seq)
             done.cancel()
             # a cancelled gather ends with an exception, logged as "never retrieved" unless read
             done.add_done_callback(lambda f: f.cancelled() or f.exception())
@@ -398,7 +361,7 @@ class Emulator:
                 p.cancel()
             for seq in seqs:
                 if not seq.finished:
-                    self._engine().abort(seq)
+                    self.get_engine().abort(seq)
 
 
 def _inject_mismatch(gen: Generated) -> None:
@@ -427,7 +390,7 @@ def create_app(config: EmulatorConfig) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        engine = emulator._engine()
+        engine = emulator.get_engine()
         engine.start()
         try:
             yield
@@ -444,9 +407,7 @@ def create_app(config: EmulatorConfig) -> Starlette:
             Route("/tokenize", emulator.tokenize, methods=["POST"]),
             Route("/version", emulator.version, methods=["GET"]),
             Route("/reset_prefix_cache", emulator.reset_prefix_cache, methods=["POST"]),
-            Route("/debug/ground-truth", emulator.ground_truth, methods=["GET"]),
-            Route("/debug/faults", emulator.set_faults, methods=["POST"]),
-            Route("/debug/requests", emulator.last_requests, methods=["GET"]),
+            *debug_routes(emulator),
         ],
         lifespan=lifespan,
     )

@@ -5,8 +5,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from starlette.responses import JSONResponse
+
 from lab.emulator.engine import Sequence
 from lab.emulator.textgen import Generated, OutputToken
+
+
+def error_response(message: str, status: int, param: str | None = None) -> JSONResponse:
+    kind = {400: "BadRequestError", 404: "NotFoundError", 413: "BadRequestError"}.get(status, "InternalServerError")
+    return JSONResponse(error_body(message, status, kind, param), status_code=status)
 
 
 def error_body(message: str, status: int, err_type: str, param: str | None = None) -> dict[str, Any]:
