@@ -41,7 +41,7 @@ class ModelCatalog:
     async def check(self, body: dict[str, Any]) -> None:
         """Raise a 404 BadRequest if no pool serves the model ``body`` names."""
         model = body.get("model")
-        if not isinstance(model, str):
+        if not isinstance(model, str) or not model:  # vLLM serves an empty name as its own model
             return
         age = time.monotonic() - self.checked_at
         if model not in self.known and age > RETRY_UNKNOWN_AFTER_SECONDS:
@@ -54,7 +54,7 @@ class ModelCatalog:
     def pools_serving(self, model: Any) -> set[str] | None:
         """The pools that may serve ``model``: those that list it and those whose list
         is unknown. None when that is every pool, or the model is not a name."""
-        if not isinstance(model, str) or not self.served_by:
+        if not isinstance(model, str) or not model or not self.served_by:
             return None
         names = {pool.name for pool in self.pools}
         serving = {name for name in names if model in self.served_by.get(name, (model,))}

@@ -235,6 +235,17 @@ def test_a_client_gone_mid_upload_is_counted_as_499_not_logged_as_an_error(
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
 
 
+def test_an_empty_model_name_is_served_as_vllm_serves_it(s: Stack) -> None:
+    """vLLM answers a request naming no model, or "", with its own model: so must the proxy."""
+    s.client.models.list()  # the catalog knows the pools' models, so unknown names get a 404
+    for extra in ({"model": ""}, {}):
+        body = {"messages": USER, "max_tokens": 2, **extra}
+        via = httpx.post(f"{s.proxy.url}/v1/chat/completions", json=body)
+        direct = httpx.post(f"{s.off.url}/v1/chat/completions", json=body)
+        assert via.status_code == direct.status_code == 200, via.text
+        assert via.json()["model"] == direct.json()["model"] == MODEL
+
+
 def test_unknown_paths_and_methods_get_openai_errors(s: Stack) -> None:
     missing = httpx.get(f"{s.proxy.url}/nope")
     assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found_error"

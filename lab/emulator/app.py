@@ -182,7 +182,7 @@ class Emulator:
         if not isinstance(body, dict):
             raise _BadRequest("The request body must be a JSON object")
         model = body.get("model")
-        if model is not None and model != self.config.model:
+        if model and model != self.config.model:  # vLLM serves an empty (or absent) name as its own model
             raise _BadRequest(f"The model `{model}` does not exist.", 404, "model")
         return body
 
