@@ -357,8 +357,9 @@ def create_app(settings: ProxySettings, reload_settings: Callable[[], ProxySetti
 
     app = FastAPI(title="draftgate", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     app.add_api_route("/v1/models", proxy.models, methods=["GET"])
-    app.add_api_route("/health", proxy.health, methods=["GET"])
-    app.add_api_route("/ready", proxy.ready, methods=["GET"])
+    # HEAD too: some load balancers' health checks send it
+    app.add_api_route("/health", proxy.health, methods=["GET", "HEAD"])
+    app.add_api_route("/ready", proxy.ready, methods=["GET", "HEAD"])
     app.add_api_route("/metrics", proxy.metrics, methods=["GET"])
     app.add_api_route("/draftgate/explain", proxy.explain, methods=["POST"])
     app.add_api_route("/draftgate/reload", proxy.reload, methods=["POST"])

@@ -283,6 +283,9 @@ def test_models_health_ready_metrics(s: Stack) -> None:
     assert [m.id for m in models.data] == [MODEL]
     assert httpx.get(f"{s.proxy.url}/health").json() == {"status": "ok"}
     assert httpx.get(f"{s.proxy.url}/ready").status_code == 200
+    for path in ("/health", "/ready"):  # some load balancers' checks send HEAD
+        head = httpx.head(f"{s.proxy.url}{path}")
+        assert head.status_code == 200 and head.content == b""
     s.client.chat.completions.create(model=MODEL, messages=USER, max_tokens=2)
     text = httpx.get(f"{s.proxy.url}/metrics").text
     assert metric_value(text, "draftgate_requests_total", status="200") >= 1
