@@ -37,6 +37,11 @@ class ModelCatalog:
         self.served_by: dict[str, set[str]] = {}  # pool name -> the model ids it listed
         self.checked_at = 0.0
         self._background: asyncio.Task[Any] | None = None
+        # pools_serving's answers per model, and the lists and pools they were worked out from
+        # (refresh and a reload replace those objects, never change them in place)
+        self._serving: dict[str, set[str] | None] = {}
+        self._serving_lists: object = None
+        self._serving_pools: object = None
 
     async def check(self, body: dict[str, Any]) -> None:
         """Raise a 404 BadRequest if no pool serves the model ``body`` names."""
@@ -56,9 +61,16 @@ class ModelCatalog:
         is unknown. None when that is every pool, or the model is not a name."""
         if not isinstance(model, str) or not model or not self.served_by:
             return None
+        if self.served_by is not self._serving_lists or self.pools.pools is not self._serving_pools:
+            self._serving, self._serving_lists, self._serving_pools = {}, self.served_by, self.pools.pools
+        elif model in self._serving:  # asked once per request: worth remembering
+            return self._serving[model]
         names = {pool.name for pool in self.pools}
         serving = {name for name in names if model in self.served_by.get(name, (model,))}
-        return serving if serving and serving != names else None
+        answer = serving if serving and serving != names else None
+        if model in self.known:  # names clients type are not remembered, only served ones
+            self._serving[model] = answer
+        return answer
 
     async def refresh(self) -> list[dict[str, Any]]:
         """The pools' model entries, merged by id (the first pool to list one wins)."""

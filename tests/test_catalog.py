@@ -27,3 +27,14 @@ def test_no_restriction_when_every_pool_serves_the_model() -> None:
     catalog.served_by = {"a": {"m", "lora-1"}, "b": {"m"}}
     assert catalog.pools_serving("m") is None
     assert catalog.pools_serving("lora-1") == {"a"}
+
+
+def test_answers_follow_a_refresh_and_a_reload() -> None:
+    catalog = catalog_of("a", "b")
+    catalog.known, catalog.served_by = {"m"}, {"a": {"m"}, "b": set()}
+    assert catalog.pools_serving("m") == {"a"}
+    added = load_settings(None, pools=[{"name": "c", "urls": ["http://127.0.0.1:9100"]}]).pools
+    catalog.pools.adopt([p.config for p in catalog.pools] + added)  # a reload adds pool c, not yet listed
+    assert catalog.pools_serving("m") == {"a", "c"}
+    catalog.served_by = {"a": {"m"}, "b": {"m"}, "c": {"m"}}  # a refresh: all list it now
+    assert catalog.pools_serving("m") is None
