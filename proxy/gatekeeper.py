@@ -147,7 +147,7 @@ class Gatekeeper:
             views = [v for v in views if v.name in serving] or views
         decision = decide(blended, views, self.calibration, policy, affinity, previous=self._last_route.get(shape))
         if len(views) < len(self.pools.pools):
-            decision = replace(decision, reasons=(f"only {', '.join(v.name for v in views)} serve {model}",
+            decision = replace(decision, reasons=(f"{model} is served only by {', '.join(v.name for v in views)}",
                                                   *decision.reasons))
         order = [decision.route] + [c.pool for c in sorted(decision.costs, key=lambda c: c.cost_per_token)
                                     if c.pool != decision.route]

@@ -377,7 +377,7 @@ def test_a_model_one_pool_lacks_goes_only_to_pools_that_serve_it() -> None:
                 r = httpx.post(f"{proxy.url}/v1/chat/completions", json={"model": model, **body}, timeout=30)
                 assert r.status_code == 200 and r.headers["x-draftgate-route"] == only, (model, r.text[:200])
                 explained = httpx.post(f"{proxy.url}/draftgate/explain", json={"model": model, **body}).json()
-                assert explained["route"] == only and f"only {only} serve {model}" in explained["reasons"]
+                assert explained["route"] == only and f"{model} is served only by {only}" in explained["reasons"]
             # passed-through requests too: the plain pool is tried first, unless it lacks the model
             tokens = httpx.post(f"{proxy.url}/tokenize", json={"model": MODEL, "prompt": "count these"})
             assert tokens.status_code == 200 and tokens.headers["x-draftgate-route"] == "spec-on"
