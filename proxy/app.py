@@ -37,7 +37,7 @@ from proxy.recorder import Recorder
 from proxy.request_body import BadRequest, read_body, read_json, validate
 from proxy.shutdown import Shutdown, shutting_down_error, shutting_down_event
 from proxy.relay import client_wants_usage, relay_events
-from proxy.upstream import UpstreamAborted, UpstreamClient, UpstreamError
+from proxy.upstream import UpstreamAborted, UpstreamClient, UpstreamError, tls_context
 
 log = logging.getLogger("draftgate.proxy")
 
@@ -54,8 +54,10 @@ class Proxy:
     def __init__(self, settings: ProxySettings, reload_settings: Callable[[], ProxySettings] | None = None) -> None:
         self.gk = Gatekeeper(settings)
         self.reload_settings = reload_settings
-        self.upstream = UpstreamClient()  # the hot path (see proxy/upstream.py for why not httpx)
-        self.client = httpx.AsyncClient(timeout=10.0)  # health checks, scrapes, model lists
+        # one trust for https pools, on the hot path and off it (read at startup)
+        tls = tls_context(str(settings.tls_ca_file) if settings.tls_ca_file else None)
+        self.upstream = UpstreamClient(tls)  # the hot path (see proxy/upstream.py for why not httpx)
+        self.client = httpx.AsyncClient(timeout=10.0, verify=tls)  # health checks, scrapes, model lists
         self.recorder = Recorder(self.gk)
         self.monitor = Monitor(self.gk.pools, self.client, lambda: self.gk.settings, on_scrape=self.recorder.on_scrape,
                                on_replicas_changed=self.forget_gone_replicas)

@@ -7,6 +7,7 @@ the YAML file, then the defaults below, which work for a quick start.
 
 from __future__ import annotations
 
+import ssl
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 from urllib.parse import urlsplit
@@ -17,6 +18,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from policy.structure.priors import StructurePriors
 from policy.structure.sampling import SamplingDefaults
+from proxy.upstream import tls_context
 
 
 class ConfigError(ValueError):
@@ -119,9 +121,22 @@ class ProxySettings(BaseSettings):
     currency: str = Field("USD", min_length=1, max_length=8)
     proxy_replicas: int = Field(1, ge=1, description="proxies sharing these pools (counter attribution needs 1)")
     drift_window: int = Field(200, ge=10, description="requests over which predicted-observed drift is averaged")
+    tls_ca_file: Path | None = Field(
+        None, description="CA bundle that verifies pools served over https (a private CA); default: the "
+                          "system's trust store. Read at startup")
     graceful_shutdown_seconds: float = Field(
         30.0, gt=0, description="after SIGTERM, how long requests in flight may run before they are cut; read at "
                                 "startup. A long reasoning stream needs minutes: the Helm chart sets 120")
+
+    @field_validator("tls_ca_file")
+    @classmethod
+    def _loadable_ca(cls, path: Path | None) -> Path | None:
+        if path is not None:
+            try:
+                tls_context(str(path))
+            except (OSError, ssl.SSLError) as exc:
+                raise ValueError(f"{str(path)!r} is not a readable CA bundle: {exc}") from None
+        return path
 
     @model_validator(mode="after")
     def _pools(self) -> ProxySettings:

@@ -242,7 +242,7 @@ def _expire(waiter: asyncio.Future[object]) -> None:
 class Origin:
     """Idle keep-alive connections to one scheme://host:port."""
 
-    def __init__(self, url: str, max_idle: int = 64) -> None:
+    def __init__(self, url: str, max_idle: int = 64, tls: ssl.SSLContext | None = None) -> None:
         parts = urlsplit(url)
         self.scheme = parts.scheme
         self.host = parts.hostname or "127.0.0.1"
@@ -251,7 +251,7 @@ class Origin:
         self.max_idle = max_idle
         self.idle: deque[_Connection] = deque()
         self.busy: set[_Connection] = set()  # exchanges under way, for abort()
-        self._ssl = ssl.create_default_context() if parts.scheme == "https" else None
+        self._ssl = (tls or ssl.create_default_context()) if parts.scheme == "https" else None
 
     def put_back(self, conn: _Connection) -> None:
         conn._reset()
@@ -326,16 +326,23 @@ class Origin:
             self.idle.pop().close()
 
 
-class UpstreamClient:
-    """One Origin per replica URL."""
+def tls_context(ca_file: str | None = None) -> ssl.SSLContext:
+    """How https pools are verified: against ``ca_file`` (a private CA's bundle), or the
+    system's trust store. Raises OSError or ssl.SSLError if the file cannot serve."""
+    return ssl.create_default_context(cafile=ca_file)
 
-    def __init__(self) -> None:
+
+class UpstreamClient:
+    """One Origin per replica URL; ``tls`` verifies the https ones (default: the system's CAs)."""
+
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
         self._origins: dict[str, Origin] = {}
+        self._tls = tls
 
     def origin(self, base_url: str) -> Origin:
         origin = self._origins.get(base_url)
         if origin is None:
-            origin = self._origins[base_url] = Origin(base_url)
+            origin = self._origins[base_url] = Origin(base_url, tls=self._tls)
         return origin
 
     def __contains__(self, base_url: object) -> bool:

@@ -15,7 +15,9 @@ import httpx
 import pytest
 import yaml
 
-from lab.servers import ServerProcess, free_port
+from lab.emulator.app import EmulatorConfig
+from lab.emulator.app import create_app as create_emulator
+from lab.servers import ServerProcess, ServerThread, free_port
 from proxy.app import create_app
 from proxy.config import ConfigError, load_settings
 from proxy.metrics import MAX_MODEL_LABELS, OTHER_MODELS
@@ -61,6 +63,29 @@ def test_dns_expansion_of_an_https_pool_stops_startup() -> None:
     """Replicas found by DNS are reached by address, which the server's certificate does not name."""
     with pytest.raises(ConfigError, match="dns_refresh_seconds needs http"):
         load_settings(None, pools=[{"name": "p", "urls": ["https://vllm:8000"], "dns_refresh_seconds": 5}])
+
+
+TLS = Path(__file__).resolve().parent / "data" / "tls"
+
+
+def test_a_pool_served_over_https_by_a_private_ca() -> None:
+    """Trusted with tls_ca_file, on the hot path and by the health checks alike;
+    without it the pool fails its checks and the other pool serves."""
+    served_tls = {"ssl_certfile": str(TLS / "server.pem"), "ssl_keyfile": str(TLS / "server-key.pem")}
+    plain = ServerThread(create_emulator(EmulatorConfig(seed=28, force_include_usage=True)), options=served_tls)
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 8}
+    with emulator(28, True) as on, plain:
+        https_url = f"https://127.0.0.1:{plain.port}"
+        for ca, expected in ((str(TLS / "ca.pem"), "spec-off"), (None, "spec-on")):
+            app = create_app(proxy_settings(on.url, https_url, tls_ca_file=ca))
+            with proxy_server(app) as proxy:
+                pool = app.state.proxy.gk.pool("spec-off")
+                assert wait_until(lambda: pool.replicas[https_url].checked_at > 0), "never health-checked"
+                assert pool.replicas[https_url].healthy is (ca is not None)
+                r = httpx.post(f"{proxy.url}/v1/chat/completions", json=body, timeout=30)
+                assert r.status_code == 200 and r.headers["x-draftgate-route"] == expected
+    with pytest.raises(ConfigError, match="tls_ca_file"):
+        load_settings(None, pools=[{"name": "p", "urls": [https_url]}], tls_ca_file=str(TLS / "README.md"))
 
 
 def test_environment_overrides_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
