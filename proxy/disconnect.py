@@ -2,8 +2,9 @@
 
 A non-streamed answer can take a long time upstream (a long reasoning answer
 sends no byte before the end), so can a stream's first event (the prefill of
-a long prompt), and a client that gave up meanwhile must not keep a GPU busy: vLLM aborts a request whose connection closes, so the proxy
-closes its upstream connection as soon as it notices its own client left.
+a long prompt), and a client that gave up meanwhile must not keep a GPU busy:
+vLLM aborts a request whose connection closes, so the proxy closes its
+upstream connection as soon as it notices its own client left.
 """
 
 from __future__ import annotations
