@@ -104,6 +104,26 @@ def test_rendered_manifests_are_valid_kubernetes(values: dict[str, Any] | None, 
     assert proxy["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > drain + settings.graceful_shutdown_seconds
 
 
+def test_a_private_ca_for_https_pools_is_mounted_where_the_config_names_it() -> None:
+    import kubernetes_validate
+
+    docs = render(values={"tls": {"caSecret": "internal-ca", "caKey": "bundle.pem"}})
+    for doc in docs:
+        if not doc["apiVersion"].startswith("monitoring.coreos.com"):
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    config = yaml.safe_load(next(d for d in docs if d["kind"] == "ConfigMap" and "draftgate.yaml" in d["data"])[
+        "data"]["draftgate.yaml"])
+    proxy = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "dg-draftgate")
+    pod = proxy["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v.get("secret", {}).get("secretName") == "internal-ca")
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == volume["name"])
+    (item,) = volume["secret"]["items"]
+    assert item["key"] == "bundle.pem"
+    assert config["tls_ca_file"] == f"{mount['mountPath']}/{item['path']}"
+    assert "tls_ca_file" not in yaml.safe_load(next(
+        d for d in render() if d["kind"] == "ConfigMap" and "draftgate.yaml" in d["data"])["data"]["draftgate.yaml"])
+
+
 def test_in_chart_pools_are_headless_with_startup_probes_and_known_flags() -> None:
     docs = render()
     pools = [d for d in docs if d["kind"] == "Service" and d["metadata"]["labels"].get("app.kubernetes.io/component") == "vllm"]
