@@ -254,11 +254,10 @@ class Proxy:
             return openai_error(exc.status, str(exc), code=exc.code)
         named = parse_json(raw) if raw else None
         serving = self.catalog.pools_serving(named.get("model") if isinstance(named, dict) else None)
-        pools = sorted((p for p in self.gk.pools if serving is None or p.name in serving), key=lambda p: p.speculative)
         try:
             upstream = await send_with_failover(self.gk, self.upstream, request.method,
                                                 _target(request, request.url.path), request.scope["headers"], raw,
-                                                [p.name for p in pools], None, None)
+                                                self.gk.plain_first(serving), None, None)
         except NoCapacity:
             return openai_error(503, "all pools are at capacity; retry shortly", headers={"retry-after": "1"})
         except UpstreamUnavailable as exc:

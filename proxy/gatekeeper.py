@@ -161,14 +161,19 @@ class Gatekeeper:
         """A plan made without the gate, for a request the gate failed on: plain pools
         first. Speculation is an optimisation; a bug in weighing it must not cost the
         client its answer."""
-        pools = [p for p in self.pools if serving is None or p.name in serving] or list(self.pools)
-        order = [p.name for p in sorted(pools, key=lambda p: p.speculative)]
+        order = self.plain_first(serving)
         reason = f"the gate failed ({type(error).__name__}): sent to a plain pool unassessed"
         decision = Decision(route=order[0], predicted_saving=0.0, predicted_tau={}, reasons=(reason,),
                             cause="gate_error", break_even=lambda: (None, "the gate failed"))
         model = body.get("model") if isinstance(body.get("model"), str) else None
         return Plan(body, endpoint, model, StructureEstimate.unknown(reason), "", Conversation((), None), None,
                     decision, order)
+
+    def plain_first(self, serving: set[str] | None = None) -> list[str]:
+        """Pool names, plain pools first, among those ``serving`` the model (all if none do):
+        the order for a request the gate does not weigh."""
+        pools = [p for p in self.pools if serving is None or p.name in serving] or list(self.pools)
+        return [p.name for p in sorted(pools, key=lambda p: p.speculative)]
 
     def _maybe_explore(self, plan: Plan, mode: str) -> None:
         """Send a small share to the other kind of pool, so both savings stay measured.
