@@ -231,7 +231,8 @@ class Proxy:
 
     def _authorize(self, request: Request) -> None:
         keys = self.gk.settings.api_keys
-        if not keys:
+        if not keys or request.method == "OPTIONS":
+            # a browser's CORS preflight carries no credentials; vLLM's key check lets it by too
             return
         if not token_matches(bearer_token(request.headers.get("authorization", "")), keys):
             raise BadRequest(401, "invalid or missing API key", code="invalid_api_key")
@@ -365,7 +366,8 @@ def create_app(settings: ProxySettings, reload_settings: Callable[[], ProxySetti
     app.add_api_route("/draftgate/explain", proxy.explain, methods=["POST"])
     app.add_api_route("/draftgate/reload", proxy.reload, methods=["POST"])
     for path in ("/v1/{rest:path}", *VLLM_ROUTES_OUTSIDE_V1):
-        app.add_api_route(path, proxy.passthrough, methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
+        # OPTIONS: browsers' CORS preflights, answered by a pool as its --allowed-origins say
+        app.add_api_route(path, proxy.passthrough, methods=["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"])
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:

@@ -230,6 +230,30 @@ def test_api_keys_and_upstream_key() -> None:
         assert "authorization" not in seen["headers"]  # the proxy's key is not the backend's
 
 
+def test_a_browsers_cors_preflight_is_answered_as_the_pool_answers_it() -> None:
+    """vLLM answers CORS preflights as its --allowed-origins say. A browser client of
+    the proxy must get the same answer, though its preflight carries no API key."""
+    origin = {"origin": "https://agent.example"}
+    preflight = {**origin, "access-control-request-method": "POST",
+                 "access-control-request-headers": "authorization, content-type"}
+
+    def cors(r: httpx.Response) -> dict[str, str]:
+        return {k: v for k, v in r.headers.items() if k.startswith("access-control-")}
+
+    with stack(27, api_keys=["client-key"]) as st:
+        for path in ("/v1/chat/completions", "/v1/models"):
+            via = httpx.options(f"{st.proxy.url}{path}", headers=preflight)
+            direct = httpx.options(f"{st.off.url}{path}", headers=preflight)
+            assert via.status_code == direct.status_code == 200, (path, via.text)
+            assert cors(via) == cors(direct) and cors(via)["access-control-allow-origin"] == "*", path
+        body = {"model": MODEL, "messages": USER, "max_tokens": 2}
+        answer = httpx.post(f"{st.proxy.url}/v1/chat/completions", json=body,
+                            headers={**origin, "authorization": "Bearer client-key"})
+        assert answer.status_code == 200 and answer.headers["access-control-allow-origin"] == "*"
+        # the preflight needs no key; the request it clears still does
+        assert httpx.post(f"{st.proxy.url}/v1/chat/completions", json=body, headers=origin).status_code == 401
+
+
 def test_no_key_reaches_the_log(tmp_path: Path) -> None:
     """Client keys, right or wrong, the admin token and the keys sent upstream appear
     nowhere in what the proxy prints, at its most verbose."""

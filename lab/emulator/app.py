@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -409,6 +411,9 @@ def create_app(config: EmulatorConfig) -> Starlette:
             Route("/reset_prefix_cache", emulator.reset_prefix_cache, methods=["POST"]),
             *debug_routes(emulator),
         ],
+        # vLLM's defaults (--allowed-origins, --allowed-methods, --allowed-headers all "*"):
+        # browsers' preflights are answered, and answers carry access-control-allow-origin
+        middleware=[Middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"], allow_headers=["*"])],
         lifespan=lifespan,
     )
     app.state.emulator = emulator
