@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -38,13 +39,15 @@ def _die_with_parent() -> None:
         pass
 
 
-def wait_healthy(url: str, timeout: float = 30.0, process: subprocess.Popen[Any] | None = None) -> None:
+def wait_healthy(url: str, timeout: float = 30.0, process: subprocess.Popen[Any] | None = None,
+                 verify: ssl.SSLContext | bool = True) -> None:
+    """``verify``: for an https ``url``, what trusts the server's certificate."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
             raise ServerStartError(f"server at {url} exited with status {process.returncode}")
         try:
-            if httpx.get(f"{url}/health", timeout=1.0).status_code < 500:
+            if httpx.get(f"{url}/health", timeout=1.0, verify=verify).status_code < 500:
                 return
         except httpx.HTTPError:
             pass
@@ -81,9 +84,11 @@ class ServerProcess:
     """``draftgate <subcommand> ...`` as a child process (or ``python -m <module> ...``)."""
 
     def __init__(self, args: list[str], port: int | None = None, health_timeout: float = 60.0,
-                 module: str = "proxy.cli.main") -> None:
+                 module: str = "proxy.cli.main", ca_file: str | None = None) -> None:
+        """``ca_file``: the server serves https with a certificate this CA bundle verifies."""
         self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if ca_file else 'http'}://127.0.0.1:{self.port}"
+        self.verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca_file) if ca_file else True
         self.args = [sys.executable, "-m", module, *args, "--port", str(self.port)]
         self.health_timeout = health_timeout
         self.process: subprocess.Popen[str] | None = None
@@ -95,7 +100,7 @@ class ServerProcess:
         self.process = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT, text=True, env=env,
                                         preexec_fn=_die_with_parent)
         try:
-            wait_healthy(self.url, self.health_timeout, self.process)
+            wait_healthy(self.url, self.health_timeout, self.process, self.verify)
         except Exception:
             self.__exit__()
             raise

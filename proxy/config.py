@@ -124,6 +124,10 @@ class ProxySettings(BaseSettings):
     tls_ca_file: Path | None = Field(
         None, description="CA bundle that verifies pools served over https (a private CA); default: the "
                           "system's trust store. Read at startup")
+    tls_certfile: Path | None = Field(
+        None, description="serve https with this certificate chain (PEM), as vLLM's --ssl-certfile; needs "
+                          "tls_keyfile. Read at startup")
+    tls_keyfile: Path | None = Field(None, description="the private key of tls_certfile (PEM)")
     graceful_shutdown_seconds: float = Field(
         30.0, gt=0, description="after SIGTERM, how long requests in flight may run before they are cut; read at "
                                 "startup. A long reasoning stream needs minutes: the Helm chart sets 120")
@@ -137,6 +141,24 @@ class ProxySettings(BaseSettings):
             except (OSError, ssl.SSLError) as exc:
                 raise ValueError(f"{str(path)!r} is not a readable CA bundle: {exc}") from None
         return path
+
+    @model_validator(mode="after")
+    def _serving_certificate(self) -> ProxySettings:
+        cert, key = self.tls_certfile, self.tls_keyfile
+        if (cert is None) != (key is None):
+            raise ValueError("tls_certfile and tls_keyfile go together: give both, or neither to serve http")
+        if cert is not None and key is not None:
+            try:
+                ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key)
+            except (OSError, ssl.SSLError) as exc:
+                raise ValueError(f"tls_certfile {str(cert)!r} with tls_keyfile {str(key)!r} cannot serve: {exc}"
+                                 ) from None
+        return self
+
+    @property
+    def scheme(self) -> str:
+        """How clients reach the proxy."""
+        return "https" if self.tls_certfile is not None else "http"
 
     @model_validator(mode="after")
     def _pools(self) -> ProxySettings:

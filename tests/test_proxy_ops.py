@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
 import yaml
 
@@ -86,6 +87,32 @@ def test_a_pool_served_over_https_by_a_private_ca() -> None:
                 assert r.status_code == 200 and r.headers["x-draftgate-route"] == expected
     with pytest.raises(ConfigError, match="tls_ca_file"):
         load_settings(None, pools=[{"name": "p", "urls": [https_url]}], tls_ca_file=str(TLS / "README.md"))
+
+
+def test_the_proxy_serves_https_with_a_configured_certificate(tmp_path: Path) -> None:
+    """As vLLM does with --ssl-certfile: clients that reach their pools over https
+    reach the proxy the same way."""
+    ca = str(TLS / "ca.pem")
+    with emulator(29, True) as on, emulator(29, False) as off:
+        cfg = tmp_path / "draftgate.yaml"
+        cfg.write_text(yaml.safe_dump({
+            "pools": [{"name": "spec-on", "urls": [on.url], "speculation": {"gamma": 8}},
+                      {"name": "spec-off", "urls": [off.url]}],
+            "tls_certfile": str(TLS / "server.pem"), "tls_keyfile": str(TLS / "server-key.pem")}))
+        with ServerProcess(["serve", "--config", str(cfg)], ca_file=ca) as proxy:
+            assert proxy.url.startswith("https://")
+            client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="none", max_retries=0,
+                                   http_client=httpx.Client(verify=proxy.verify, timeout=30))
+            answer = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=2)
+            assert answer.choices[0].message.content
+            with pytest.raises(httpx.TransportError):  # plain http is not served beside it
+                httpx.get(f"{proxy.url.replace('https', 'http', 1)}/health", timeout=5)
+            assert "serving on https://127.0.0.1" in proxy.output()
+    pools = [{"name": "p", "urls": ["http://127.0.0.1:1"]}]
+    with pytest.raises(ConfigError, match="tls_certfile and tls_keyfile go together"):
+        load_settings(None, pools=pools, tls_certfile=str(TLS / "server.pem"))
+    with pytest.raises(ConfigError, match="cannot serve"):
+        load_settings(None, pools=pools, tls_certfile=str(TLS / "server.pem"), tls_keyfile=str(TLS / "ca.pem"))
 
 
 def test_environment_overrides_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

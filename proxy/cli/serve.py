@@ -61,11 +61,13 @@ def run(args: argparse.Namespace) -> int:
     logs.configure(args.log_level)
     pools = ", ".join(f"{p.name} ({'gamma=' + str(p.speculation.gamma) if p.speculation else 'plain'})"
                       for p in settings.pools)
-    print(f"draftgate: serving on http://{settings.host}:{settings.port}/v1 in front of {pools}", flush=True)
+    print(f"draftgate: serving on {settings.scheme}://{settings.host}:{settings.port}/v1 in front of {pools}",
+          flush=True)
     # On SIGTERM uvicorn stops accepting at once and lets requests in flight finish, up to
     # the grace; the proxy ends what still runs just before that (proxy/shutdown.py).
     grace = settings.graceful_shutdown_seconds
     config = uvicorn.Config(app, host=settings.host, port=settings.port, timeout_graceful_shutdown=grace,
+                            ssl_certfile=settings.tls_certfile, ssl_keyfile=settings.tls_keyfile,
                             **UVICORN_OPTIONS)
     server = SignalAwareServer(config, on_signal=lambda: app.state.proxy.shutdown.begin(grace))
     server.run()
