@@ -124,7 +124,7 @@ class Proxy:
         try:
             upstream = await send_with_failover(gk, self.upstream, "POST", _target(request, path),
                                                 request.scope["headers"], raw, plan.order, prefer, plan.model,
-                                                wait_for_body=streamed)
+                                                until="first_event" if streamed else "end")
         except NoCapacity:
             self.recorder.finish(plan, None, observation, 503, overhead)
             return openai_error(503, "all pools are at capacity; retry shortly", code="overloaded",
@@ -151,27 +151,11 @@ class Proxy:
                      headers: list[tuple[bytes, bytes]], overhead: float) -> Response:
         resumed = time.perf_counter()
         status = upstream.response.status_code
-        content = b""
-        aborted = False
-        try:
-            content = await upstream.response.aread()
-        except UpstreamError:
-            status = 502
-        except UpstreamAborted:
-            status, aborted = 503, True
-        except asyncio.CancelledError:  # the client left, or the server is stopping
-            await upstream.response.aclose()
-            self._settle(plan, upstream, observation, 499, b"", overhead)
-            raise
+        content = upstream.content or b""  # read to its end while it could still fail over
         await upstream.response.aclose()
         observation.first_byte_at = observation.finished_at = time.perf_counter()
-        if aborted:
-            response = shutting_down_error()
-        elif status != upstream.response.status_code:
-            response = openai_error(502, "upstream failed while answering")
-        else:
-            response = Response(content=content, status_code=status)  # sets content-length
-            response.raw_headers += headers
+        response = Response(content=content, status_code=status)  # sets content-length
+        response.raw_headers += headers
         overhead += time.perf_counter() - resumed
         # What the response taught us is recorded after it has gone to the client:
         # none of it is the client's latency.

@@ -3,9 +3,9 @@
 Both pools serve the same target, so any of them can answer anything. A
 refused connection, a timeout before the first byte, or a 502/503/504 moves the
 request to the next pool in the plan's order, within the retry budget and
-never past a pool's capacity; so does a stream that breaks before its first
-event, when the client has been sent nothing yet. Anything else, 4xx included,
-passes through.
+never past a pool's capacity; so does any failure before the client has been
+sent anything: a stream that breaks before its first event, an answer that
+breaks before its end. Anything else, 4xx included, passes through.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import asyncio
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal
 
 from proxy.gatekeeper import Gatekeeper
 from proxy.pools import Pool, Replica
@@ -57,12 +58,18 @@ class UpstreamUnavailable(Exception):
         self.status = status
 
 
+# How much of an answer must arrive before it is the pool's answer: the headers
+# (relayed as it comes), a stream's first event, or the whole of an answer sent whole.
+Until = Literal["headers", "first_event", "end"]
+
+
 @dataclass(slots=True)
 class Upstream:
     response: UpstreamResponse
     pool: Pool
     replica: Replica
     failovers: int
+    content: bytes | None = None  # the whole body, when it was read to the end (until="end")
 
 
 def upstream_headers(incoming: Iterable[tuple[bytes, bytes]], pool: Pool,
@@ -92,12 +99,12 @@ async def send_with_failover(
     order: list[str],
     prefer_replica: tuple[str, str] | None,
     model: str | None,
-    wait_for_body: bool = False,
+    until: Until = "headers",
 ) -> Upstream:
-    """The first pool's answer that can go to the client. With ``wait_for_body`` (a
-    stream), a 200 counts only once its first bytes have come: until then the
-    client has nothing, and a pool that fails meanwhile is failed over like one
-    that refused."""
+    """The first pool's answer that can go to the client. ``until`` says when an
+    answer counts: until then the client has nothing, and a pool that fails
+    meanwhile is failed over like one that refused. A stream's headers come at once
+    and its first event after prefill; an answer sent whole is read to its end."""
     gk.budget.deposit()
     pools = [p for p in (gk.pool(name) for name in order) if p is not None]
     first = gk.pools.first_with_room(pools) or await gk.pools.wait_for_room(pools, gk.settings.queue_timeout)
@@ -128,11 +135,12 @@ async def send_with_failover(
         replica.start()
         send_headers = upstream_headers(headers, pool, strip_authorization=bool(gk.settings.api_keys))
         response = None
+        content = None
         try:
             response = await client.origin(replica.url).request(
                 method, target, send_headers, body, gk.settings.connect_timeout, gk.settings.first_byte_timeout)
-            if wait_for_body and response.status_code == 200:
-                await response.wait_for_body()
+            if response.status_code not in RETRYABLE_STATUS:
+                content = await _read_until(response, until)
         except (asyncio.CancelledError, UpstreamAborted):  # the client left, or the proxy is stopping
             if response is not None:
                 await response.aclose()
@@ -155,5 +163,14 @@ async def send_with_failover(
             gk.metrics.upstream_errors.labels(pool=pool.name, kind=f"http_{response.status_code}").inc()
             last_error, last_status, previous = f"upstream answered {response.status_code}", response.status_code, pool
             continue
-        return Upstream(response, pool, replica, failovers)
+        return Upstream(response, pool, replica, failovers, content)
     raise UpstreamUnavailable(last_error, last_status)
+
+
+async def _read_until(response: UpstreamResponse, until: Until) -> bytes | None:
+    """Read as much of ``response`` as must come before it counts; the body if read whole."""
+    if until == "end" or (until == "first_event" and response.status_code != 200):  # an error goes whole
+        return await response.aread()
+    if until == "first_event":
+        await response.wait_for_body()
+    return None

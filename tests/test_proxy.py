@@ -364,6 +364,23 @@ def test_a_stream_that_breaks_before_its_first_event_goes_to_another_pool() -> N
         assert wait_until(lambda: all(p.inflight == 0 for p in st.proxy.server.config.app.state.proxy.gk.pools))
 
 
+def test_an_answer_cut_short_goes_to_another_pool() -> None:
+    """A non-streamed answer goes to the client whole, so until its last byte the
+    client has nothing: a pool that dies while writing it is failed over."""
+    with stack(9) as st:
+        body = {"model": MODEL, "messages": USER, "temperature": 0.7, "max_tokens": 20}
+        chosen = httpx.post(f"{st.proxy.url}/draftgate/explain", json=body).json()["route"]
+        dying, other = (st.off, "spec-on") if chosen == "spec-off" else (st.on, "spec-off")
+        httpx.post(f"{dying.url}/debug/faults", json={"cut_answer_short": True})
+        with pytest.raises(httpx.RemoteProtocolError):  # what a direct client would get
+            httpx.post(f"{dying.url}/v1/chat/completions", json=body, timeout=30)
+        r = httpx.post(f"{st.proxy.url}/v1/chat/completions", json=body, timeout=30)
+        assert r.status_code == 200 and r.headers["x-draftgate-route"] == other
+        assert r.json()["choices"][0]["finish_reason"] == "length"
+        assert st.metric("draftgate_failovers_total", from_pool=chosen, to_pool=other) == 1
+        assert wait_until(lambda: all(p.inflight == 0 for p in st.proxy.server.config.app.state.proxy.gk.pools))
+
+
 def test_a_model_one_pool_lacks_goes_only_to_pools_that_serve_it() -> None:
     """Pools may differ in what they serve (a LoRA adapter, a second model): whatever
     the gate would prefer, a request goes only to a pool that lists its model."""

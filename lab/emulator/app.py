@@ -27,6 +27,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from lab.emulator import wire
 from lab.emulator.engine import Engine, Sequence, SpecConfig
@@ -168,7 +169,8 @@ class Emulator:
             done.add_done_callback(lambda f: f.cancelled() or f.exception())
             return Response(status_code=499)
         gone.cancel()
-        return JSONResponse(self._final_body(rid, body, endpoint, seqs, gens, prompt_len))
+        answer = self._final_body(rid, body, endpoint, seqs, gens, prompt_len)
+        return _CutShort(answer) if faults.cut_answer_short else JSONResponse(answer)
 
     async def _read_object(self, request: Request) -> dict[str, Any]:
         """A JSON object body naming this model (or none), as every POST route needs it."""
@@ -377,6 +379,15 @@ def _inject_mismatch(gen: Generated) -> None:
             if tok.channel == "tool_name":
                 tok.text = gen.calls[0].name
                 return
+
+
+class _CutShort(JSONResponse):
+    """An answer whose connection drops halfway through its body, as when a server dies writing it."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        await send({"type": "http.response.body", "body": self.body[: len(self.body) // 2], "more_body": True})
+        raise ConnectionAbortedError("injected fault: the server dies while writing an answer")
 
 
 async def _disconnected(request: Request) -> None:
