@@ -43,6 +43,23 @@ def test_invalid_configuration_stops_startup_with_one_line(tmp_path: Path) -> No
     assert "pools.0.urls" in proc.stderr
 
 
+def test_check_validates_a_configuration_without_serving(tmp_path: Path) -> None:
+    """``serve --check`` is a deploy pipeline's gate: the validation a start does,
+    calibration file included, then exit."""
+    cfg = tmp_path / "draftgate.yaml"
+    config = {"pools": [{"name": "spec-on", "urls": ["http://127.0.0.1:1"], "speculation": {"gamma": 4}}], "port": 0}
+    cfg.write_text(yaml.safe_dump(config))
+    ok = subprocess.run([*DRAFTGATE, "serve", "--config", str(cfg), "--check"], capture_output=True, text=True,
+                        timeout=60)
+    assert ok.returncode == 0 and "configuration ok: would serve on http://127.0.0.1:0/v1" in ok.stdout, ok.stderr
+    (tmp_path / "calibration.yaml").write_text("kappa: not-a-number\n")
+    cfg.write_text(yaml.safe_dump({**config, "calibration_file": str(tmp_path / "calibration.yaml")}))
+    bad = subprocess.run([*DRAFTGATE, "serve", "--config", str(cfg), "--check"], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and "calibration_file" in bad.stderr and bad.stdout == ""
+    assert len(bad.stderr.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize(("url", "needle"), [
     ("http://vllm:8000/v1", "the proxy adds /v1 itself"),
     ("http://vllm:99999", "port outside"),

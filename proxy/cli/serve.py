@@ -21,6 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, help="listen port (default 8000)")
     parser.add_argument("--calibration", help="calibration file written by draftgate calibrate")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--check", action="store_true",
+                        help="validate the configuration (and calibration file), print what would be served, "
+                             "and exit: 0 if it would start, 2 if not")
 
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -58,11 +61,14 @@ def run(args: argparse.Namespace) -> int:
         app = create_app(settings, reload_settings=load if args.config else None)
     except ConfigError as exc:
         raise CliError(str(exc)) from None
-    logs.configure(args.log_level)
     pools = ", ".join(f"{p.name} ({'gamma=' + str(p.speculation.gamma) if p.speculation else 'plain'})"
                       for p in settings.pools)
-    print(f"draftgate: serving on {settings.scheme}://{settings.host}:{settings.port}/v1 in front of {pools}",
-          flush=True)
+    where = f"{settings.scheme}://{settings.host}:{settings.port}/v1 in front of {pools}"
+    if args.check:  # a deploy pipeline's gate: the same validation as a start, without the start
+        print(f"draftgate: configuration ok: would serve on {where}", flush=True)
+        return 0
+    logs.configure(args.log_level)
+    print(f"draftgate: serving on {where}", flush=True)
     # On SIGTERM uvicorn stops accepting at once and lets requests in flight finish, up to
     # the grace; the proxy ends what still runs just before that (proxy/shutdown.py).
     grace = settings.graceful_shutdown_seconds
