@@ -36,7 +36,7 @@ from proxy.observe import Observation, parse_json
 from proxy.recorder import Recorder
 from proxy.request_body import BadRequest, read_body, read_json, validate
 from proxy.shutdown import Shutdown, shutting_down_error, shutting_down_event
-from proxy.relay import client_wants_usage, relay_events
+from proxy.relay import RelayedBody, client_wants_usage, relay_events
 from proxy.upstream import UpstreamAborted, UpstreamClient, UpstreamError, tls_context
 
 log = logging.getLogger("draftgate.proxy")
@@ -254,13 +254,16 @@ class Proxy:
             try:
                 async for chunk in upstream.response.aiter_raw():
                     yield chunk
-            except UpstreamAborted:
-                pass  # relayed as it came, so it ends where it was cut
+            except UpstreamError as exc:  # bytes have gone: too late for another pool
+                self.gk.metrics.upstream_errors.labels(pool=upstream.pool.name, kind="mid_body").inc()
+                log.warning("a passed-through answer broke midway; the client's connection is dropped",
+                            extra={"replica": upstream.replica.url, "path": request.url.path, "error": str(exc)})
+                raise
             finally:
                 await upstream.response.aclose()
                 self.gk.pools.release(upstream.replica)
 
-        relayed = StreamingResponse(body(), status_code=upstream.response.status_code)
+        relayed = RelayedBody(body(), status_code=upstream.response.status_code)
         relayed.raw_headers = downstream_headers(upstream.response.headers) + _raw(
             {"x-draftgate-route": upstream.pool.name})
         return relayed

@@ -153,7 +153,7 @@ async def send_with_failover(
             kind, last_error, last_status = _FAILURES.get(type(exc), _FAILURES[UpstreamProtocolError])
             if isinstance(exc, UpstreamConnectError):
                 replica.mark_failed()
-                log.warning("upstream connect failed", extra={"replica": replica.url, "path": str(exc)})
+                log.warning("upstream connect failed", extra={"replica": replica.url, "error": str(exc)})
             gk.metrics.upstream_errors.labels(pool=pool.name, kind=kind).inc()
             previous = pool
             continue

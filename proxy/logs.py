@@ -20,7 +20,7 @@ class JsonFormatter(logging.Formatter):
         fields = getattr(record, "fields", None)
         if isinstance(fields, dict):
             out.update(fields)
-        for key in ("replica", "host", "path"):
+        for key in ("replica", "host", "path", "error"):
             if hasattr(record, key):
                 out[key] = getattr(record, key)
         if record.exc_info:
@@ -66,4 +66,9 @@ def configure(level: str = "info") -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     root.propagate = False
+    # uvicorn's own lines (a malformed request, a response the app left unfinished) in the
+    # same shape, so that a log pipeline reads every line; serve starts it with log_config=None
+    server = logging.getLogger("uvicorn")
+    server.handlers[:] = [handler]
+    server.propagate = False
     RequestLog.stream = sys.stdout if root.isEnabledFor(logging.INFO) else None

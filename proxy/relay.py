@@ -1,9 +1,10 @@
-"""Relay a vLLM SSE stream to the client event by event, as it arrives.
+"""Relay upstream bodies to the client as they arrive.
 
-Each complete event is forwarded as soon as its terminating blank line is
-seen; the only event ever removed is the usage-only chunk that
-``--enable-force-include-usage`` adds for clients that did not ask for usage,
-so the client sees exactly what a direct call would have returned.
+A gated stream goes event by event: each complete event is forwarded as soon
+as its terminating blank line is seen; the only event ever removed is the
+usage-only chunk that ``--enable-force-include-usage`` adds for clients that
+did not ask for usage, so the client sees exactly what a direct call would
+have returned. A passed-through body goes chunk by chunk, whatever it is.
 """
 
 from __future__ import annotations
@@ -11,7 +12,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+from starlette.responses import StreamingResponse
+from starlette.types import Send
+
 from proxy.observe import Observation, parse_json
+from proxy.upstream import UpstreamAborted, UpstreamError
 
 
 def client_wants_usage(body: dict[str, Any]) -> bool:
@@ -42,3 +47,22 @@ async def relay_events(chunks: AsyncIterator[bytes], observation: Observation, s
             yield event
     if buffer:
         yield buffer
+
+
+class RelayedBody(StreamingResponse):
+    """A passed-through body, relayed as it arrives, whose end is the upstream's end.
+
+    When the upstream breaks midway (or the proxy is shutting down), the body is
+    left unfinished: uvicorn then drops the client's connection, so the client
+    knows its answer is incomplete. Ending it cleanly instead would hand the
+    client a truncated body as if it were whole.
+    """
+
+    async def stream_response(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        try:
+            async for chunk in self.body_iterator:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except (UpstreamError, UpstreamAborted):
+            return
+        await send({"type": "http.response.body", "body": b"", "more_body": False})

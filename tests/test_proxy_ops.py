@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -296,6 +297,29 @@ def test_a_browsers_cors_preflight_is_answered_as_the_pool_answers_it() -> None:
         assert answer.status_code == 200 and answer.headers["access-control-allow-origin"] == "*"
         # the preflight needs no key; the request it clears still does
         assert httpx.post(f"{st.proxy.url}/v1/chat/completions", json=body, headers=origin).status_code == 401
+
+
+def test_a_passed_through_answer_cut_midway_is_cut_for_the_client_too() -> None:
+    """Bytes of it have gone, so no other pool can take over; but ending it cleanly
+    would hand the client a truncated body as whole. The client's connection drops,
+    as a direct client's would, and the proxy says so in one JSON line, no traceback."""
+    with emulator(30, True) as on, emulator(30, False) as off, \
+            ServerProcess(["serve", "--spec-on", on.url, "--spec-off", off.url]) as proxy:
+        httpx.post(f"{off.url}/debug/faults", json={"cut_answer_short": True})
+        for url in (off.url, proxy.url):
+            with pytest.raises(httpx.RemoteProtocolError):
+                httpx.post(f"{url}/tokenize", json={"prompt": "How many tokens is this?"}, timeout=30)
+        with socket.create_connection(("127.0.0.1", proxy.port)) as raw:  # uvicorn's own warning, too
+            raw.sendall(b"NOT HTTP\r\n\r\n")
+            assert raw.recv(100).startswith(b"HTTP/1.1 400")
+        assert wait_until(lambda: "Invalid HTTP request" in proxy.output())
+        assert metric_value(httpx.get(f"{proxy.url}/metrics").text, "draftgate_upstream_errors_total",
+                            kind="mid_body") == 1
+        lines = proxy.output().splitlines()[1:]  # after the "serving on" banner
+    records = [json.loads(line) for line in lines]  # every line is one JSON object
+    (cut,) = [r for r in records if r["message"].startswith("a passed-through answer broke midway")]
+    assert cut["replica"] == off.url and cut["path"] == "/tokenize" and "before the response was complete" in cut["error"]
+    assert not [r for r in records if "traceback" in r]
 
 
 def test_no_key_reaches_the_log(tmp_path: Path) -> None:

@@ -118,9 +118,10 @@ class Emulator:
         except _BadRequest as exc:
             return wire.error_response(str(exc), exc.status, exc.param)
         pieces = tokenize(text)
-        return JSONResponse({"count": len(pieces), "max_model_len": self.get_engine().kv_capacity,
-                             "tokens": [token_id(p) for p in pieces],
-                             "token_strs": pieces if body.get("return_token_strs") is True else None})
+        answer = {"count": len(pieces), "max_model_len": self.get_engine().kv_capacity,
+                  "tokens": [token_id(p) for p in pieces],
+                  "token_strs": pieces if body.get("return_token_strs") is True else None}
+        return _CutShort(answer) if self.faults.cut_answer_short else JSONResponse(answer)
 
     async def chat(self, request: Request) -> Response:
         return await self._complete(request, "chat")

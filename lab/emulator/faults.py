@@ -19,6 +19,7 @@ class Faults(BaseModel):
     first_byte_delay: float = Field(0.0, ge=0.0, description="seconds before any byte of a completion")
     die_after_tokens: int | None = Field(None, ge=0, description="drop a stream after this many tokens")
     die_before_first_event: bool = Field(False, description="drop a stream after its headers, as in prefill")
-    cut_answer_short: bool = Field(False, description="drop the connection halfway through a non-streamed answer")
+    cut_answer_short: bool = Field(False, description="drop the connection halfway through a non-streamed "
+                                                      "answer (completions, chat, /tokenize)")
     malformed_chunk_after_tokens: int | None = Field(None, ge=0, description="send a broken SSE chunk")
     mismatch_rate: float = Field(0.0, ge=0.0, le=1.0, description="alter output text (breaks losslessness)")

@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     grace = settings.graceful_shutdown_seconds
     config = uvicorn.Config(app, host=settings.host, port=settings.port, timeout_graceful_shutdown=grace,
                             ssl_certfile=settings.tls_certfile, ssl_keyfile=settings.tls_keyfile,
-                            **UVICORN_OPTIONS)
+                            log_config=None, **UVICORN_OPTIONS)  # logs.configure formats uvicorn's lines
     server = SignalAwareServer(config, on_signal=lambda: app.state.proxy.shutdown.begin(grace))
     server.run()
     return 0 if server.started else 3  # as uvicorn.run exits when it could not start (a port in use)
