@@ -224,6 +224,10 @@ class Proxy:
     # ------------------------------------------------------------ other routes
 
     async def models(self, request: Request) -> Response:
+        try:
+            self._authorize(request)  # as vLLM guards every /v1 route with its key
+        except BadRequest as exc:
+            return openai_error(exc.status, str(exc), code=exc.code)
         data = await self.catalog.refresh()
         if not data:
             return openai_error(503, "no pool answered /v1/models", code="upstream_unavailable")

@@ -273,6 +273,12 @@ def test_api_keys_and_upstream_key() -> None:
         backend = st.on.url if r.headers["x-draftgate-route"] == "spec-on" else st.off.url
         seen = httpx.get(f"{backend}/debug/requests").json()[-1]
         assert "authorization" not in seen["headers"]  # the proxy's key is not the backend's
+        # every /v1 route is guarded, as vLLM guards them with its own key
+        for path in ("/v1/models", "/v1/embeddings"):
+            refused = httpx.request("GET" if path == "/v1/models" else "POST", f"{st.proxy.url}{path}", json={})
+            assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key", path
+        models = httpx.get(f"{st.proxy.url}/v1/models", headers={"authorization": "Bearer client-key"})
+        assert models.status_code == 200 and [m["id"] for m in models.json()["data"]] == [MODEL]
 
 
 def test_a_browsers_cors_preflight_is_answered_as_the_pool_answers_it() -> None:
