@@ -18,7 +18,8 @@ ENV DRAFTGATE_HOST=0.0.0.0 \
     DRAFTGATE_PORT=8000 \
     PYTHONUNBUFFERED=1
 EXPOSE 8000
-HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
-    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=2)"]
+# http, or https when the proxy serves it (tls_certfile), on DRAFTGATE_PORT
+HEALTHCHECK --interval=10s --timeout=5s --start-period=10s --retries=3 \
+    CMD ["python", "-m", "proxy.healthcheck"]
 ENTRYPOINT ["draftgate", "serve"]
 CMD ["--config", "/etc/draftgate/draftgate.yaml"]

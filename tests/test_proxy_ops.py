@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -87,6 +88,12 @@ def test_dns_expansion_of_an_https_pool_stops_startup() -> None:
 TLS = Path(__file__).resolve().parent / "data" / "tls"
 
 
+def container_health_check(port: int) -> int:
+    """The Docker image's HEALTHCHECK against a proxy on ``port``: its exit status."""
+    env = {**os.environ, "DRAFTGATE_PORT": str(port)}
+    return subprocess.run([sys.executable, "-m", "proxy.healthcheck"], env=env, timeout=30).returncode
+
+
 def test_a_pool_served_over_https_by_a_private_ca() -> None:
     """Trusted with tls_ca_file, on the hot path and by the health checks alike;
     without it the pool fails its checks and the other pool serves."""
@@ -126,6 +133,8 @@ def test_the_proxy_serves_https_with_a_configured_certificate(tmp_path: Path) ->
             with pytest.raises(httpx.TransportError):  # plain http is not served beside it
                 httpx.get(f"{proxy.url.replace('https', 'http', 1)}/health", timeout=5)
             assert "serving on https://127.0.0.1" in proxy.output()
+            assert container_health_check(proxy.port) == 0
+    assert container_health_check(free_port()) == 1
     pools = [{"name": "p", "urls": ["http://127.0.0.1:1"]}]
     with pytest.raises(ConfigError, match="tls_certfile and tls_keyfile go together"):
         load_settings(None, pools=pools, tls_certfile=str(TLS / "server.pem"))
@@ -167,6 +176,7 @@ def test_serve_process_quick_start_and_sighup_reload(tmp_path: Path) -> None:
                 time.sleep(0.1)
             assert route == "spec-on"
             assert "serving on http://127.0.0.1" in proxy.output()
+            assert container_health_check(proxy.port) == 0
             assert '"event": "request"' in proxy.output()
         with ServerProcess(["serve", "--spec-on", on.url, "--spec-off", off.url]) as proxy:
             assert httpx.post(f"{proxy.url}/v1/chat/completions", json=body).status_code == 200
