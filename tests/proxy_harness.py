@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -50,6 +53,12 @@ def wait_until(condition: Callable[[], bool], seconds: float = 5.0) -> bool:
             return False
         time.sleep(0.01)
     return True
+
+
+def container_health_check(port: int) -> int:
+    """The Docker image's HEALTHCHECK against a proxy on ``port``: its exit status."""
+    env = {**os.environ, "DRAFTGATE_PORT": str(port)}
+    return subprocess.run([sys.executable, "-m", "proxy.healthcheck"], env=env, timeout=30).returncode
 
 
 def proxy_server(app: Any) -> ServerThread:

@@ -27,12 +27,11 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
 from lab.emulator import wire
 from lab.emulator.engine import Engine, Sequence, SpecConfig
 from lab.emulator.debug import debug_routes
-from lab.emulator.faults import Faults
+from lab.emulator.faults import CutShort, Faults
 from lab.emulator.metrics import EngineMetrics
 from lab.emulator.profile import EngineProfile
 from lab.emulator.speculation import position_model
@@ -121,7 +120,7 @@ class Emulator:
         answer = {"count": len(pieces), "max_model_len": self.get_engine().kv_capacity,
                   "tokens": [token_id(p) for p in pieces],
                   "token_strs": pieces if body.get("return_token_strs") is True else None}
-        return _CutShort(answer) if self.faults.cut_answer_short else JSONResponse(answer)
+        return CutShort(answer) if self.faults.cut_answer_short else JSONResponse(answer)
 
     async def chat(self, request: Request) -> Response:
         return await self._complete(request, "chat")
@@ -171,7 +170,7 @@ class Emulator:
             return Response(status_code=499)
         gone.cancel()
         answer = self._final_body(rid, body, endpoint, seqs, gens, prompt_len)
-        return _CutShort(answer) if faults.cut_answer_short else JSONResponse(answer)
+        return CutShort(answer) if faults.cut_answer_short else JSONResponse(answer)
 
     async def _read_object(self, request: Request) -> dict[str, Any]:
         """A JSON object body naming this model (or none), as every POST route needs it."""
@@ -380,15 +379,6 @@ def _inject_mismatch(gen: Generated) -> None:
             if tok.channel == "tool_name":
                 tok.text = gen.calls[0].name
                 return
-
-
-class _CutShort(JSONResponse):
-    """An answer whose connection drops halfway through its body, as when a server dies writing it."""
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-        await send({"type": "http.response.body", "body": self.body[: len(self.body) // 2], "more_body": True})
-        raise ConnectionAbortedError("injected fault: the server dies while writing an answer")
 
 
 async def _disconnected(request: Request) -> None:

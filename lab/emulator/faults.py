@@ -6,6 +6,8 @@ Set at start (``--faults JSON``) or at run time (``POST /debug/faults``).
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import JSONResponse
+from starlette.types import Receive, Scope, Send
 
 
 class Faults(BaseModel):
@@ -23,3 +25,13 @@ class Faults(BaseModel):
                                                       "answer (completions, chat, /tokenize)")
     malformed_chunk_after_tokens: int | None = Field(None, ge=0, description="send a broken SSE chunk")
     mismatch_rate: float = Field(0.0, ge=0.0, le=1.0, description="alter output text (breaks losslessness)")
+
+
+class CutShort(JSONResponse):
+    """An answer whose connection drops halfway through its body (``cut_answer_short``),
+    as when a server dies while writing it."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        await send({"type": "http.response.body", "body": self.body[: len(self.body) // 2], "more_body": True})
+        raise ConnectionAbortedError("injected fault: the server dies while writing an answer")
