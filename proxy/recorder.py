@@ -13,6 +13,7 @@ load band.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import defaultdict, deque
 from typing import Any
@@ -26,6 +27,8 @@ from proxy.logs import RequestLog
 from proxy.observe import Observation
 from proxy.pools import Pool, Replica
 
+
+log = logging.getLogger("draftgate.recorder")
 
 _MAX_WINDOW_SCRAPES = 10
 LOAD_BANDS = ((1, "1"), (8, "2-8"), (32, "9-32"), (128, "33-128"), (10**9, "129+"))
@@ -46,6 +49,7 @@ class Recorder:
         self.window_age: dict[str, int] = {}
         self.tpot: dict[tuple[bool, str, str], float] = {}  # (speculative, class, band) -> EWMA s/token
         self.started = time.time()
+        self.told_no_usage: set[str] = set()  # pools whose streams came without usage, once told
 
     # ------------------------------------------------------------ per request
 
@@ -60,6 +64,8 @@ class Recorder:
         tau_obs = saving_obs = None
         if status == 200 and observation.complete and upstream is not None:
             measured = observation.measured(plan.body)
+            if measured.source == "characters":
+                self._tell_no_usage(upstream.pool.name)
             if measured.total_tokens > 0 and plan.shape:  # a fallback plan has no shape to learn
                 gk.learner.observe(plan.shape, measured)
                 tau_obs, saving_obs = self._observe(plan, model, upstream, observation, measured)
@@ -68,6 +74,14 @@ class Recorder:
         if gk.settings.log_requests and RequestLog.stream is not None:
             self._log(plan, route, upstream.replica.url if upstream else None, status, observation, overhead,
                       measured, tau_obs, saving_obs)
+
+    def _tell_no_usage(self, pool: str) -> None:
+        """Once per pool: a stream without usage is measured from its characters, roughly."""
+        if pool in self.told_no_usage:
+            return
+        self.told_no_usage.add(pool)
+        log.warning("pool %s streams without usage: start its vLLM with --enable-force-include-usage, or "
+                    "streamed output is measured from characters, not tokens", pool)
 
     def _observe(self, plan: Plan, model: str, upstream: Upstream, observation: Observation,
                  measured: ObservedStructure) -> tuple[float | None, float | None]:

@@ -7,6 +7,7 @@ import json
 import logging
 import re
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -64,3 +65,28 @@ def test_an_exception_is_logged_with_its_whole_traceback() -> None:
     line = json.loads(JsonFormatter().format(record))
     assert line["error"] == "ZeroDivisionError: a bug in the gate"
     assert line["traceback"].startswith("Traceback") and "test_an_exception_is_logged" in line["traceback"]
+
+
+def test_a_pool_streaming_without_usage_is_named_once(caplog: pytest.LogCaptureFixture) -> None:
+    """Without --enable-force-include-usage a stream's output is measured from its
+    characters: the operator is told which pool lacks the flag, once."""
+    prose = {"model": MODEL, "messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 8,
+             "stream": True}
+    with caplog.at_level(logging.WARNING, logger="draftgate"), \
+            stack(32, off_kwargs={"force_include_usage": False}) as st:
+
+        def told() -> list[str]:
+            return [r.getMessage() for r in caplog.records if "streams without usage" in r.getMessage()]
+
+        def stream(body: dict[str, object]) -> None:
+            r = httpx.post(f"{st.proxy.url}/v1/chat/completions", json=body, timeout=30)
+            assert r.status_code == 200 and r.headers["x-draftgate-route"] == "spec-off"
+
+        stream({**prose, "stream_options": {"include_usage": True}})  # the client asked: usage came
+        time.sleep(0.2)  # recorded as the stream ends
+        assert told() == []
+        stream(prose)
+        stream(prose)
+        assert wait_until(lambda: len(told()) >= 1)
+        time.sleep(0.2)
+        assert len(told()) == 1 and told()[0].startswith("pool spec-off ")
