@@ -37,7 +37,7 @@ from proxy.recorder import Recorder
 from proxy.request_body import BadRequest, read_body, read_json, validate
 from proxy.shutdown import Shutdown, shutting_down_error, shutting_down_event
 from proxy.relay import RelayedBody, client_wants_usage, relay_events
-from proxy.upstream import UpstreamAborted, UpstreamClient, UpstreamError, tls_context
+from proxy.upstream import UpstreamAborted, UpstreamClient, UpstreamError
 
 log = logging.getLogger("draftgate.proxy")
 
@@ -55,7 +55,7 @@ class Proxy:
         self.gk = Gatekeeper(settings)
         self.reload_settings = reload_settings
         # one trust for https pools, on the hot path and off it (read at startup)
-        tls = tls_context(str(settings.tls_ca_file) if settings.tls_ca_file else None)
+        tls = settings.upstream_tls()
         self.upstream = UpstreamClient(tls)  # the hot path (see proxy/upstream.py for why not httpx)
         self.client = httpx.AsyncClient(timeout=10.0, verify=tls)  # health checks, scrapes, model lists
         self.recorder = Recorder(self.gk)

@@ -128,6 +128,10 @@ class ProxySettings(BaseSettings):
         None, description="serve https with this certificate chain (PEM), as vLLM's --ssl-certfile; needs "
                           "tls_keyfile. Read at startup")
     tls_keyfile: Path | None = Field(None, description="the private key of tls_certfile (PEM)")
+    tls_client_certfile: Path | None = Field(
+        None, description="the client certificate (PEM) shown to https pools that require one (vLLM's "
+                          "--ssl-cert-reqs 2, mutual TLS); needs tls_client_keyfile. Read at startup")
+    tls_client_keyfile: Path | None = Field(None, description="the private key of tls_client_certfile (PEM)")
     graceful_shutdown_seconds: float = Field(
         30.0, gt=0, description="after SIGTERM, how long requests in flight may run before they are cut; read at "
                                 "startup. A long reasoning stream needs minutes: the Helm chart sets 120")
@@ -143,17 +147,17 @@ class ProxySettings(BaseSettings):
         return path
 
     @model_validator(mode="after")
-    def _serving_certificate(self) -> ProxySettings:
-        cert, key = self.tls_certfile, self.tls_keyfile
-        if (cert is None) != (key is None):
-            raise ValueError("tls_certfile and tls_keyfile go together: give both, or neither to serve http")
-        if cert is not None and key is not None:
-            try:
-                ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key)
-            except (OSError, ssl.SSLError) as exc:
-                raise ValueError(f"tls_certfile {str(cert)!r} with tls_keyfile {str(key)!r} cannot serve: {exc}"
-                                 ) from None
+    def _certificates(self) -> ProxySettings:
+        _usable_pair("tls_certfile", self.tls_certfile, "tls_keyfile", self.tls_keyfile, ssl.PROTOCOL_TLS_SERVER)
+        _usable_pair("tls_client_certfile", self.tls_client_certfile, "tls_client_keyfile", self.tls_client_keyfile,
+                     ssl.PROTOCOL_TLS_CLIENT)
         return self
+
+    def upstream_tls(self) -> ssl.SSLContext:
+        """How the proxy speaks to https pools: whom it trusts, and what it shows if asked."""
+        def path(p: Path | None) -> str | None:
+            return None if p is None else str(p)
+        return tls_context(path(self.tls_ca_file), path(self.tls_client_certfile), path(self.tls_client_keyfile))
 
     @property
     def scheme(self) -> str:
@@ -186,6 +190,17 @@ class ProxySettings(BaseSettings):
 
     def policy_for(self, model: str | None) -> ModelPolicy:
         return self.models.get(model or "", self.default_policy)
+
+
+def _usable_pair(cert_name: str, cert: Path | None, key_name: str, key: Path | None, protocol: int) -> None:
+    """A certificate and its key: both or neither, and loadable together."""
+    if (cert is None) != (key is None):
+        raise ValueError(f"{cert_name} and {key_name} go together: give both, or neither")
+    if cert is not None and key is not None:
+        try:
+            ssl.SSLContext(protocol).load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(f"{cert_name} {str(cert)!r} with {key_name} {str(key)!r} cannot serve: {exc}") from None
 
 
 def load_settings(path: str | Path | None = None, **overrides: Any) -> ProxySettings:

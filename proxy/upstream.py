@@ -326,10 +326,15 @@ class Origin:
             self.idle.pop().close()
 
 
-def tls_context(ca_file: str | None = None) -> ssl.SSLContext:
+def tls_context(ca_file: str | None = None, client_cert: str | None = None,
+                client_key: str | None = None) -> ssl.SSLContext:
     """How https pools are verified: against ``ca_file`` (a private CA's bundle), or the
-    system's trust store. Raises OSError or ssl.SSLError if the file cannot serve."""
-    return ssl.create_default_context(cafile=ca_file)
+    system's trust store; and the client certificate shown to pools that ask for one.
+    Raises OSError or ssl.SSLError if a file cannot serve."""
+    context = ssl.create_default_context(cafile=ca_file)
+    if client_cert is not None:
+        context.load_cert_chain(client_cert, client_key)
+    return context
 
 
 class UpstreamClient:

@@ -104,10 +104,10 @@ def test_rendered_manifests_are_valid_kubernetes(values: dict[str, Any] | None, 
     assert proxy["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > drain + settings.graceful_shutdown_seconds
 
 
-def test_a_private_ca_for_https_pools_is_mounted_where_the_config_names_it() -> None:
+def test_a_private_ca_and_a_client_certificate_are_mounted_where_the_config_names_them() -> None:
     import kubernetes_validate
 
-    docs = render(values={"tls": {"caSecret": "internal-ca", "caKey": "bundle.pem"}})
+    docs = render(values={"tls": {"caSecret": "internal-ca", "caKey": "bundle.pem", "clientSecret": "proxy-client"}})
     for doc in docs:
         if not doc["apiVersion"].startswith("monitoring.coreos.com"):
             kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
@@ -120,8 +120,14 @@ def test_a_private_ca_for_https_pools_is_mounted_where_the_config_names_it() -> 
     (item,) = volume["secret"]["items"]
     assert item["key"] == "bundle.pem"
     assert config["tls_ca_file"] == f"{mount['mountPath']}/{item['path']}"
-    assert "tls_ca_file" not in yaml.safe_load(next(
+    client = next(v for v in pod["volumes"] if v.get("secret", {}).get("secretName") == "proxy-client")
+    client_mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == client["name"])
+    paths = {i["key"]: f"{client_mount['mountPath']}/{i['path']}" for i in client["secret"]["items"]}
+    # a kubernetes.io/tls Secret's keys, as cert-manager writes them
+    assert (config["tls_client_certfile"], config["tls_client_keyfile"]) == (paths["tls.crt"], paths["tls.key"])
+    default = yaml.safe_load(next(
         d for d in render() if d["kind"] == "ConfigMap" and "draftgate.yaml" in d["data"])["data"]["draftgate.yaml"])
+    assert not {"tls_ca_file", "tls_client_certfile", "tls_client_keyfile"} & set(default)
 
 
 def test_in_chart_pools_are_headless_with_startup_probes_and_known_flags() -> None:

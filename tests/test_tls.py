@@ -3,6 +3,7 @@ the proxy serving https itself."""
 
 from __future__ import annotations
 
+import ssl
 from pathlib import Path
 
 import httpx
@@ -25,15 +26,13 @@ from tests.proxy_harness import (
 
 MODEL = "Qwen/Qwen3-32B"
 USER = [{"role": "user", "content": "hello"}]
+TLS = Path(__file__).resolve().parent / "data" / "tls"
 
 
 def test_dns_expansion_of_an_https_pool_stops_startup() -> None:
     """Replicas found by DNS are reached by address, which the server's certificate does not name."""
     with pytest.raises(ConfigError, match="dns_refresh_seconds needs http"):
         load_settings(None, pools=[{"name": "p", "urls": ["https://vllm:8000"], "dns_refresh_seconds": 5}])
-
-
-TLS = Path(__file__).resolve().parent / "data" / "tls"
 
 
 def test_a_pool_served_over_https_by_a_private_ca() -> None:
@@ -54,6 +53,33 @@ def test_a_pool_served_over_https_by_a_private_ca() -> None:
                 assert r.status_code == 200 and r.headers["x-draftgate-route"] == expected
     with pytest.raises(ConfigError, match="tls_ca_file"):
         load_settings(None, pools=[{"name": "p", "urls": [https_url]}], tls_ca_file=str(TLS / "README.md"))
+
+
+def test_a_pool_that_requires_a_client_certificate() -> None:
+    """Mutual TLS, as vLLM runs it with --ssl-ca-certs and --ssl-cert-reqs 2: the
+    proxy shows tls_client_certfile, on the hot path and to the health checks;
+    without one the pool refuses it and the other pool serves."""
+    served_tls = {"ssl_certfile": str(TLS / "server.pem"), "ssl_keyfile": str(TLS / "server-key.pem"),
+                  "ssl_ca_certs": str(TLS / "client-ca.pem"), "ssl_cert_reqs": ssl.CERT_REQUIRED}
+    plain = ServerThread(create_emulator(EmulatorConfig(seed=33, force_include_usage=True)), options=served_tls)
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 8}
+    client = {"tls_client_certfile": str(TLS / "client.pem"), "tls_client_keyfile": str(TLS / "client-key.pem")}
+    with emulator(33, True) as on, plain:
+        https_url = f"https://127.0.0.1:{plain.port}"
+        for shown, expected in ((client, "spec-off"), ({}, "spec-on")):
+            app = create_app(proxy_settings(on.url, https_url, tls_ca_file=str(TLS / "ca.pem"), **shown))
+            with proxy_server(app) as proxy:
+                pool = app.state.proxy.gk.pool("spec-off")
+                assert wait_until(lambda: pool.replicas[https_url].checked_at > 0), "never health-checked"
+                assert pool.replicas[https_url].healthy is bool(shown)
+                r = httpx.post(f"{proxy.url}/v1/chat/completions", json=body, timeout=30)
+                assert r.status_code == 200 and r.headers["x-draftgate-route"] == expected
+    pools = [{"name": "p", "urls": [https_url]}]
+    with pytest.raises(ConfigError, match="tls_client_certfile and tls_client_keyfile go together"):
+        load_settings(None, pools=pools, tls_client_certfile=str(TLS / "client.pem"))
+    with pytest.raises(ConfigError, match="cannot serve"):
+        load_settings(None, pools=pools, tls_client_certfile=str(TLS / "client.pem"),
+                      tls_client_keyfile=str(TLS / "server-key.pem"))
 
 
 def test_the_proxy_serves_https_with_a_configured_certificate(tmp_path: Path) -> None:
