@@ -155,9 +155,8 @@ class ProxySettings(BaseSettings):
 
     def upstream_tls(self) -> ssl.SSLContext:
         """How the proxy speaks to https pools: whom it trusts, and what it shows if asked."""
-        def path(p: Path | None) -> str | None:
-            return None if p is None else str(p)
-        return tls_context(path(self.tls_ca_file), path(self.tls_client_certfile), path(self.tls_client_keyfile))
+        files = (self.tls_ca_file, self.tls_client_certfile, self.tls_client_keyfile)
+        return tls_context(*(None if f is None else str(f) for f in files))
 
     @property
     def scheme(self) -> str:

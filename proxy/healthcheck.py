@@ -21,7 +21,7 @@ def answers(url: str) -> bool:
     unverified = ssl._create_unverified_context() if url.startswith("https:") else None
     try:
         with urllib.request.urlopen(url, timeout=TIMEOUT_SECONDS, context=unverified) as response:
-            return bool(response.status == 200)
+            return response.status == 200
     except (OSError, ValueError):  # refused, timed out, the wrong scheme for the port, an HTTP error
         return False
 
