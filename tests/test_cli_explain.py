@@ -19,8 +19,33 @@ def test_explain_json(tmp_path: Path) -> None:
     out = json.loads(proc.stdout)
     assert out["w_s"] == 1.0 and set(out["expected_tokens"]) == {"s", "r", "f"}
     assert any("json_object" in r for r in out["reasons"])
+    # the decision, as /draftgate/explain gives it: JSON output speculates on the quick-start pools
+    assert out["route"] == "spec-on" and out["predicted_saving"] > 0 and set(out["predicted_tau"]) == {"s", "r", "f"}
+    assert "break_even_ws" in out and [p["pool"] for p in out["pools"]] == ["spec-on", "spec-off"]
     text = subprocess.run([*DRAFTGATE, "explain", str(request)], capture_output=True, text=True, timeout=60)
-    assert "w_S 1.00" in text.stdout and "reasons:" in text.stdout
+    assert "w_S 1.00" in text.stdout and "route: spec-on" in text.stdout and "reasons:" in text.stdout
+
+
+def test_explain_decides_on_the_configured_pools(tmp_path: Path) -> None:
+    """With --config, the decision is the one the proxy so configured would make."""
+    request = tmp_path / "req.json"
+    request.write_text(json.dumps({"model": "Qwen/Qwen3-32B", "messages": [{"role": "user", "content": "hi"}],
+                                   "response_format": {"type": "json_object"}}))
+    config = tmp_path / "draftgate.yaml"
+    config.write_text(json.dumps({
+        "pools": [{"name": "deep", "urls": ["http://deep:8000"], "speculation": {"gamma": 8}},
+                  {"name": "plain", "urls": ["http://plain:8000"]}],
+        "models": {"Qwen/Qwen3-32B": {"mode": "always_off"}}}))  # JSON is YAML
+    proc = subprocess.run([*DRAFTGATE, "explain", str(request), "--json", "--config", str(config)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["route"] == "plain" and "mode always_off" in out["reasons"]
+    broken = tmp_path / "calibration.yaml"
+    broken.write_text("kappa: [")
+    proc = subprocess.run([*DRAFTGATE, "explain", str(request), "--calibration", str(broken)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "calibration_file" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_explain_bad_file(tmp_path: Path) -> None:

@@ -1,4 +1,11 @@
-"""``draftgate explain REQUEST.json``: what the estimator reads in a request."""
+"""``draftgate explain REQUEST.json``: what the estimator reads in a request, and
+the route the gate would give it.
+
+The decision is the one ``POST /draftgate/explain`` returns, made on idle pools:
+those of ``--config`` (with its calibration file, policies and priors), or the
+quick-start pair, speculation on at depth 8 and off, with calibration defaults.
+Nothing is sent anywhere.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +22,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("request", help="a chat or completions request body (JSON file, or - for stdin)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--completions", action="store_true", help="the body is a /v1/completions request")
+    parser.add_argument("--config", help="the proxy's configuration: its pools, calibration file, policies and "
+                                         "priors (default: spec-on at depth 8 and spec-off, calibration defaults)")
+    parser.add_argument("--calibration", help="a calibration file written by draftgate calibrate (overrides the "
+                                              "configuration's)")
 
 
 def read_body(source: str) -> Any:
@@ -35,24 +46,47 @@ def read_body(source: str) -> Any:
 
 
 def render(result: dict[str, Any]) -> str:
-    t = result["expected_tokens"]
+    t, tau = result["expected_tokens"], result["predicted_tau"]
+    break_even = result["break_even_ws"]
     lines = [
         f"schema-bound w_S {result['w_s']:.2f}   reasoning w_R {result['w_r']:.2f}   prose w_F {result['w_f']:.2f}",
         f"expected output tokens: S {t['s']:.0f}, R {t['r']:.0f}, F {t['f']:.0f}"
         f"   (prompt ~{result['prompt_tokens']:.0f} tokens, temperature {result['temperature']:g})",
+        f"route: {result['route']}   predicted saving {result['predicted_saving']:+.1%}"
+        f"   tau S {tau.get('s', 0.0):.2f}, R {tau.get('r', 0.0):.2f}, F {tau.get('f', 0.0):.2f}",
+        "break-even w_S* " + (f"{break_even:.2f}" if break_even is not None else f"none: {result['break_even_note']}"),
+        "pools:",
+        *(f"  - {p['pool']}: saving {p['saving']:+.1%}, {p['cost_per_token'] * 1000:.2f} slot-ms per token"
+          + (f" ({p['note']})" if p["note"] else "") for p in result["pools"]),
         "reasons:",
         *(f"  - {reason}" for reason in result["reasons"]),
     ]
     return "\n".join(lines)
 
 
+# The quick-start pools, named as `draftgate serve --spec-on --spec-off` names them;
+# explain sends nothing, so their addresses are never used.
+_QUICK_START = (["http://spec-on:8000"], ["http://spec-off:8000"])
+
+
 def run(args: argparse.Namespace) -> int:
-    from policy.structure import estimate
+    from proxy.config import ConfigError, load_settings, quick_start_pools
+    from proxy.gatekeeper import Gatekeeper
 
     body = read_body(args.request)
     if not isinstance(body, dict):
         raise CliError("the request body must be a JSON object")
-    result = estimate(body, endpoint="completions" if args.completions or "prompt" in body else "chat").as_dict()
+    overrides: dict[str, Any] = {"exploration_share": 0.0}  # the gate's own choice, never an exploration
+    if not args.config:
+        overrides["pools"] = quick_start_pools(*_QUICK_START)
+    if args.calibration:
+        overrides["calibration_file"] = args.calibration
+    try:
+        gate = Gatekeeper(load_settings(args.config, **overrides))
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
+    endpoint = "completions" if args.completions or "prompt" in body else "chat"
+    result = gate.plan(body, endpoint).explain()
     if args.json:
         json.dump(result, sys.stdout)
         sys.stdout.write("\n")

@@ -17,7 +17,7 @@ from proxy.cli.errors import CliError
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "law": ("proxy.cli.law", "evaluate the Draft Law for one set of parameters"),
-    "explain": ("proxy.cli.explain", "estimate a request's output structure (S/R/F) and why"),
+    "explain": ("proxy.cli.explain", "a request's estimated output structure (S/R/F) and the gate's route for it"),
     "emulate": ("lab.emulator.cli", "run an emulated vLLM OpenAI server (no GPU needed)"),
     "serve": ("proxy.cli.serve", "run the draftgate proxy in front of vLLM pools"),
     "calibrate": ("proxy.cli.calibrate", "run the four-arm protocol and write a calibration file"),
