@@ -42,6 +42,7 @@ class PoolView:
     waiting: float = 0.0
     max_num_seqs: int = 256
     draft_prefill_ratio: float = 0.0
+    kv_usage: float = 0.0  # KV-cache usage of its least-used replica, 0..1 (scraped)
 
     @property
     def speculative(self) -> bool:
@@ -58,6 +59,9 @@ class GatePolicy:
     margin: float = 0.0  # speculation must cost at least this fraction less than the plain pool
     hysteresis: float = 0.03  # a route changes only when the other side is this much cheaper
     queue_penalty_passes: float = 25.0  # target passes of delay charged per waiting request
+    # KV-cache usage from which a pool takes no marginal traffic: a new request there
+    # would wait for free blocks, or make the scheduler preempt one that runs
+    kv_cache_full: float = 0.95
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,9 +162,7 @@ def pool_cost(
     queue = pool.waiting * policy.queue_penalty_passes * c_t
     slot_seconds = decode + prefill * batch + queue
     eligible = pool.healthy
-    note = "" if pool.healthy else "unhealthy"
-    if pool.at_capacity:
-        note = "at capacity"
+    note = _no_room(pool, policy) or ("" if pool.healthy else "unhealthy")
     return PoolCost(
         pool=pool.name,
         saving=saving,
@@ -194,10 +196,11 @@ def decide(
     if len(candidates) < len(costs):
         reasons.append("skipped unhealthy: " + ", ".join(c.pool for c in costs if not c.eligible))
         causes.add("health")
-    with_room = [c for c in candidates if not by_name[c.pool].at_capacity]
-    if with_room and len(with_room) < len(candidates):
-        reasons.append("at capacity, no marginal traffic: " +
-                       ", ".join(c.pool for c in candidates if by_name[c.pool].at_capacity))
+    full = {c.pool: why for c in candidates if (why := _no_room(by_name[c.pool], policy))}
+    with_room = [c for c in candidates if c.pool not in full]
+    if with_room and full:
+        reasons.append("at capacity, no marginal traffic: " + ", ".join(
+            name if why == "at capacity" else f"{name} ({why})" for name, why in full.items()))
         causes.add("capacity")
         candidates = with_room
     plain = [c for c in candidates if not by_name[c.pool].speculative]
@@ -242,6 +245,15 @@ def decide(
         break_even=functools.partial(_break_even, estimate, by_name.get(best_spec.pool), best_spec.tau,
                                      calibration, mix),
     )
+
+
+def _no_room(pool: PoolView, policy: GatePolicy) -> str:
+    """Why ``pool`` takes no marginal traffic now, or "" when it does."""
+    if pool.at_capacity:
+        return "at capacity"
+    if pool.kv_usage >= policy.kv_cache_full:
+        return f"KV cache {pool.kv_usage:.0%} used"
+    return ""
 
 
 def _mix(estimate: StructureEstimate) -> law.ClassMix:

@@ -107,6 +107,9 @@ class ProxySettings(BaseSettings):
     first_byte_timeout: float = Field(300.0, gt=0, description="upstream headers must arrive within this")
     retry_budget_ratio: float = Field(0.2, ge=0.0, le=1.0, description="retries per request, over 10 s")
     retry_budget_floor: float = Field(5.0, ge=0.0, description="retries per second always allowed")
+    kv_cache_full: float = Field(
+        0.95, gt=0.0, le=1.0, description="a pool whose scraped KV-cache usage reaches this takes no marginal "
+                                          "traffic: a new request there would wait for blocks or cause a preemption")
     queue_timeout: float = Field(2.0, ge=0.0, description="wait for capacity before shedding with 503")
     queue_depth_per_replica: int = Field(16, ge=0, description="requests beyond max_num_seqs the proxy forwards")
     health_interval: float = Field(1.0, gt=0, description="seconds between health checks of a replica")

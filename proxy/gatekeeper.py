@@ -126,7 +126,8 @@ class Gatekeeper:
         policy = self._policies.get(model)
         if policy is None:
             config = self.settings.policy_for(model)
-            policy = GatePolicy(mode=config.mode, margin=config.margin, hysteresis=config.hysteresis)
+            policy = GatePolicy(mode=config.mode, margin=config.margin, hysteresis=config.hysteresis,
+                                kv_cache_full=self.settings.kv_cache_full)
             if len(self._policies) < 1024:  # model names come from clients
                 self._policies[model] = policy
         return policy

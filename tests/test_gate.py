@@ -48,6 +48,22 @@ def test_capacity_unsupported_sampling_n_and_modes() -> None:
     assert decide(prose, [SPEC, PLAIN], CAL, GatePolicy(mode="always_on")).route == "spec"
 
 
+def test_a_nearly_full_kv_cache_takes_no_marginal_traffic() -> None:
+    """A new request on a pool whose KV cache is nearly full would wait for blocks or
+    make vLLM preempt one that runs: like a pool at capacity, it gets no marginal traffic."""
+    e = estimate(body(tools=[TOOL], tool_choice="required", temperature=0))
+    full = decide(e, [PoolView("spec", "draft_model", gamma=8, kv_usage=0.97), PLAIN], CAL)
+    assert full.route == "plain" and full.cause == "capacity"
+    assert "at capacity, no marginal traffic: spec (KV cache 97% used)" in full.reasons
+    assert full.cost_of("spec").note == "KV cache 97% used"
+    assert decide(e, [PoolView("spec", "draft_model", gamma=8, kv_usage=0.9), PLAIN], CAL).route == "spec"
+    lenient = GatePolicy(kv_cache_full=0.99)
+    assert decide(e, [PoolView("spec", "draft_model", gamma=8, kv_usage=0.97), PLAIN], CAL, lenient).route == "spec"
+    # when every pool is that full, the gate still routes: to the cheapest
+    both = [PoolView("spec", "draft_model", gamma=8, kv_usage=0.99), PoolView("plain", None, kv_usage=0.99)]
+    assert decide(e, both, CAL).route == "spec"
+
+
 def test_unhealthy_pool_is_skipped() -> None:
     e = estimate(body(tools=[TOOL], tool_choice="required", temperature=0))
     d = decide(e, [PoolView("spec", "draft_model", gamma=8, healthy=False), PLAIN], CAL)

@@ -418,6 +418,24 @@ def test_saturated_speculation_pool_sheds_marginal_traffic() -> None:
         assert st.metric("draftgate_decisions_total", reason="capacity") >= 1
 
 
+def test_a_pool_whose_kv_cache_is_full_takes_no_marginal_traffic() -> None:
+    """vllm:kv_cache_usage_perc, scraped: a request sent to a pool whose cache is
+    nearly full would wait for blocks or cause a preemption there."""
+    body = {"model": MODEL, "messages": USER, "tools": [WEATHER], "tool_choice": "required", "temperature": 0}
+    with stack(10) as st:
+        def route() -> str:
+            return httpx.post(f"{st.proxy.url}/draftgate/explain", json=body).json()["route"]
+
+        assert route() == "spec-on"
+        httpx.post(f"{st.on.url}/debug/faults", json={"kv_usage": 0.99})
+        assert wait_until(lambda: route() == "spec-off"), "the next scrape should have read the full cache"
+        r = httpx.post(f"{st.proxy.url}/v1/chat/completions", json=body)
+        assert r.status_code == 200 and r.headers["x-draftgate-route"] == "spec-off"
+        assert st.metric("draftgate_decisions_total", route="spec-off", reason="capacity") == 1
+        httpx.post(f"{st.on.url}/debug/faults", json={"kv_usage": None})
+        assert wait_until(lambda: route() == "spec-on"), "room again: back to speculation"
+
+
 def test_sheds_with_503_when_every_pool_is_full() -> None:
     slow = {"max_num_seqs": 1, "time_scale": 0.2}
     with stack(7, spec_max_num_seqs=1, off_max_num_seqs=1, queue_depth_per_replica=0, queue_timeout=0.1,

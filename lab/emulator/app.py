@@ -94,6 +94,8 @@ class Emulator:
         return JSONResponse({"object": "list", "data": [entry]})
 
     async def prometheus(self, request: Request) -> Response:
+        reported = self.faults.kv_usage
+        self.metrics.kv_usage.set(self.get_engine().kv_usage if reported is None else reported)
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     async def reset_prefix_cache(self, request: Request) -> Response:

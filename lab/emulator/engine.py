@@ -341,7 +341,12 @@ class Engine:
         while len(self.cache) > self.cache_blocks:
             self.cache.popitem(last=False)
 
+    @property
+    def kv_usage(self) -> float:
+        """The share of the KV cache held by admitted sequences, as vLLM reports it."""
+        return self.kv_used / self.kv_capacity
+
     def _update_gauges(self) -> None:
         self.metrics.running.set(len(self.running))
         self.metrics.waiting.set(len(self.waiting))
-        self.metrics.kv_usage.set(self.kv_used / self.kv_capacity)
+        self.metrics.kv_usage.set(self.kv_usage)

@@ -24,6 +24,8 @@ class Faults(BaseModel):
     cut_answer_short: bool = Field(False, description="drop the connection halfway through a non-streamed "
                                                       "answer (completions, chat, /tokenize)")
     malformed_chunk_after_tokens: int | None = Field(None, ge=0, description="send a broken SSE chunk")
+    kv_usage: float | None = Field(None, ge=0.0, le=1.0, description="report this KV-cache usage in /metrics, "
+                                                                     "as a server whose cache is that full does")
     mismatch_rate: float = Field(0.0, ge=0.0, le=1.0, description="alter output text (breaks losslessness)")
 
 
