@@ -157,8 +157,18 @@ def test_monitoring_objects_carry_the_tested_rules_and_dashboard() -> None:
         (ROOT / "deploy" / "grafana" / "dashboards" / "draftgate.json").read_text())
 
 
+def test_any_other_proxy_setting_passes_through_config_extra(tmp_path: Path) -> None:
+    docs = render(values={"config": {"extra": {"kv_cache_full": 0.9, "queue_timeout": 5}}})
+    config = next(d for d in docs if d["kind"] == "ConfigMap" and "draftgate.yaml" in d["data"])
+    (tmp_path / "draftgate.yaml").write_text(config["data"]["draftgate.yaml"])
+    settings = load_settings(tmp_path / "draftgate.yaml")
+    assert (settings.kv_cache_full, settings.queue_timeout) == (0.9, 5.0)
+    assert {p.name for p in settings.pools} == {"spec-on", "spec-off"}
+
+
 @pytest.mark.parametrize(("setting", "needle"), [
     ("replicaCount=0", "replicaCount"),
+    ("config.extra.pools=none", "/config/extra/pools"),  # the chart writes the pools itself
     ("vllm.pools[0].name=Bad_Name", "name"),
     ("config.defaultPolicy.mode=sometimes", "mode"),
     ("surprise=1", "surprise"),
