@@ -404,3 +404,24 @@ def test_which_settings_block_speculation_follows_the_pinned_vllm() -> None:
     only_min_p = StructurePriors(speculation_blocked_by=("min_p",))
     assert estimate(body(min_p=0.2), priors=only_min_p).speculation_unsupported
     assert not estimate(body(presence_penalty=1.0), priors=only_min_p).speculation_unsupported
+
+
+def test_min_tokens_and_ignore_eos_extend_the_output_as_prose() -> None:
+    """vLLM holds the end off until min_tokens (or, with ignore_eos, the cap): what
+    the model writes past its answer is bound by no schema."""
+    call = {"tools": [WEATHER], "tool_choice": "required", "temperature": 0}
+    plain = estimate(body(**call))
+    longer = estimate(body(**call, min_tokens=400))
+    assert longer.expected_tokens.total == pytest.approx(400)
+    assert longer.expected_tokens.s == plain.expected_tokens.s and longer.w_s < plain.w_s
+    assert any(r.startswith("min_tokens=400:") for r in longer.reasons)
+    to_cap = estimate(body(**call, ignore_eos=True, max_tokens=1000))
+    assert to_cap.expected_tokens.total == pytest.approx(1000) and any("ignore_eos" in r for r in to_cap.reasons)
+    # never past the cap, and a floor below the answer's length changes nothing
+    assert estimate(body(**call, min_tokens=900, max_tokens=500)).expected_tokens.total == pytest.approx(500)
+    assert estimate(body(**call, min_tokens=1)).expected_tokens == plain.expected_tokens
+    unbounded = estimate(body(**call, ignore_eos=True))
+    assert unbounded.expected_tokens == plain.expected_tokens and any("ignore_eos" in r for r in unbounded.reasons)
+    assert estimate(body(**call, min_tokens=400.0)).expected_tokens == longer.expected_tokens  # as vLLM reads it
+    for odd in ("400", 400.5, True, -3, None, float("nan"), float("inf")):
+        assert estimate(body(**call, min_tokens=odd)).expected_tokens == plain.expected_tokens, odd

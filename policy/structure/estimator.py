@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from policy.structure.length import bounded
 from policy.structure.priors import DEFAULT_PRIORS, StructurePriors
 from policy.structure.relevance import unrelated_to_tools
 from policy.structure.sampling import NO_DEFAULTS, SamplingDefaults, effective, speculation_blockers
@@ -142,7 +143,11 @@ def estimate(
     blockers = speculation_blockers(body, defaults, endpoint, priors.speculation_blocked_by)
     for blocker in blockers:
         draft.note(f"{blocker}: vLLM will not speculate on this request")
-    tokens = _apply_cap(body, draft)
+    (s_tokens, r_tokens, f_tokens), bounds = bounded(body, (draft.schema_tokens, draft.reasoning_tokens,
+                                                            draft.prose_tokens))
+    for note in bounds:
+        draft.note(note)
+    tokens = ClassTokens(s_tokens, r_tokens, f_tokens)
     total = tokens.total
     if total <= 0:
         ws, wr, wf = 0.0, 0.0, 1.0
@@ -431,22 +436,3 @@ def _prompt_tokens(body: dict[str, Any], endpoint: Endpoint, priors: StructurePr
     if isinstance(tools, list):
         chars += 300 * min(len(tools), priors.max_tools)
     return chars / priors.text_chars_per_token
-
-
-def _apply_cap(body: dict[str, Any], draft: _Draft) -> ClassTokens:
-    """``max_tokens`` / ``max_completion_tokens`` truncate: reasoning comes first."""
-    r, s, f = draft.reasoning_tokens, draft.schema_tokens, draft.prose_tokens
-    cap = None
-    for name in ("max_completion_tokens", "max_tokens"):
-        value = body.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            cap = float(min(value, 1 << 53))  # JSON integers have no bound; floats do
-            break
-    if cap is None or r + s + f <= cap:
-        return ClassTokens(s, r, f)
-    draft.note(f"output capped at {cap:.0f} tokens")
-    r_capped = min(r, cap)
-    room = cap - r_capped
-    rest = s + f
-    scale = room / rest if rest > 0 else 0.0
-    return ClassTokens(s * scale, r_capped, f * scale)

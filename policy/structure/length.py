@@ -1,0 +1,51 @@
+"""How long an output may run: the bounds a request sets on the estimate.
+
+``max_completion_tokens`` / ``max_tokens`` cut it short; reasoning is
+generated first, so it is what remains. vLLM's ``min_tokens`` holds the end
+off until that many tokens exist, and ``ignore_eos`` until the cap: what a
+model writes past the point where it would have stopped is bound by no
+schema, so it is counted as prose.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Split = tuple[float, float, float]  # expected tokens: schema-bound, reasoning, prose
+
+
+def bounded(body: dict[str, Any], split: Split) -> tuple[Split, list[str]]:
+    """``split`` within the request's bounds, and what was changed, in words."""
+    s, r, f = split
+    cap = _count(body, "max_completion_tokens") or _count(body, "max_tokens")
+    floor = _count(body, "min_tokens")
+    notes: list[str] = []
+    if body.get("ignore_eos") is True:
+        if cap is None:
+            notes.append("ignore_eos without max_tokens: runs to the context's end, length not estimated")
+        else:
+            floor = cap
+    if cap is not None and floor is not None:
+        floor = min(floor, cap)  # vLLM refuses min_tokens above max_tokens; never estimate past the cap
+    total = s + r + f
+    if floor is not None and total < floor:
+        why = "ignore_eos" if body.get("ignore_eos") is True and floor == cap else f"min_tokens={floor:.0f}"
+        notes.append(f"{why}: ~{floor - total:.0f} tokens past the answer's end, estimated as prose")
+        return (s, r, f + floor - total), notes
+    if cap is None or total <= cap:
+        return (s, r, f), notes
+    notes.append(f"output capped at {cap:.0f} tokens")
+    r_capped = min(r, cap)
+    rest = s + f
+    scale = (cap - r_capped) / rest if rest > 0 else 0.0
+    return (s * scale, r_capped, f * scale), notes
+
+
+def _count(body: dict[str, Any], name: str) -> float | None:
+    """A positive whole number (vLLM takes 450.0 for 450), as a float; None when absent or not one."""
+    value = body.get(name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not value.is_integer():  # NaN and infinity are not integers either
+        return None
+    return float(min(value, 1 << 53)) if value > 0 else None  # JSON integers have no bound; floats do
