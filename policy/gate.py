@@ -62,6 +62,9 @@ class GatePolicy:
     # KV-cache usage from which a pool takes no marginal traffic: a new request there
     # would wait for free blocks, or make the scheduler preempt one that runs
     kv_cache_full: float = 0.95
+    # Over this much usage below kv_cache_full, marginal traffic thins out by chance in
+    # proportion, so proxies reading the same scrape do not all turn away at once
+    kv_cache_ramp: float = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +86,7 @@ class PoolCost:
     eligible: bool
     note: str = ""
     batch: float = 1.0  # running requests including this one, when decided
+    has_room: bool = True  # takes marginal traffic now (see _no_room)
 
 
 @dataclass(frozen=True)  # no slots: break_even is remembered in a cached_property
@@ -141,6 +145,7 @@ def pool_cost(
     policy: GatePolicy,
     affinity: Affinity | None,
     mix: law.ClassMix | None = None,
+    draw: float | None = None,
 ) -> PoolCost:
     batch = pool.running + 1.0
     c_t = calibration.target_pass_seconds(batch)
@@ -162,7 +167,8 @@ def pool_cost(
     queue = pool.waiting * policy.queue_penalty_passes * c_t
     slot_seconds = decode + prefill * batch + queue
     eligible = pool.healthy
-    note = _no_room(pool, policy) or ("" if pool.healthy else "unhealthy")
+    no_room = _no_room(pool, policy, affinity, draw)
+    note = no_room or ("" if pool.healthy else "unhealthy")
     return PoolCost(
         pool=pool.name,
         saving=saving,
@@ -173,6 +179,7 @@ def pool_cost(
         eligible=eligible,
         note=note,
         batch=batch,
+        has_room=not no_room,
     )
 
 
@@ -183,24 +190,29 @@ def decide(
     policy: GatePolicy = GatePolicy(),
     affinity: Affinity | None = None,
     previous: str | None = None,
+    draw: float | None = None,
 ) -> Decision:
-    """Pick the pool with the lowest predicted cost per output token."""
+    """Pick the pool with the lowest predicted cost per output token.
+
+    ``draw``, uniform in [0, 1) and the caller's to make, thins marginal traffic to
+    a pool whose KV cache nears full (``GatePolicy.kv_cache_ramp``); without one,
+    only a full cache turns traffic away.
+    """
     if not pools:
         raise ValueError("the gate needs at least one pool")
     reasons: list[str] = []
     causes: set[str] = set()
     mix = _mix(estimate)
-    costs = [pool_cost(estimate, p, calibration, policy, affinity, mix) for p in pools]
+    costs = [pool_cost(estimate, p, calibration, policy, affinity, mix, draw) for p in pools]
     by_name = {p.name: p for p in pools}
     candidates = [c for c in costs if c.eligible] or costs
     if len(candidates) < len(costs):
         reasons.append("skipped unhealthy: " + ", ".join(c.pool for c in costs if not c.eligible))
         causes.add("health")
-    full = {c.pool: why for c in candidates if (why := _no_room(by_name[c.pool], policy))}
-    with_room = [c for c in candidates if c.pool not in full]
-    if with_room and full:
+    with_room = [c for c in candidates if c.has_room]
+    if with_room and len(with_room) < len(candidates):
         reasons.append("at capacity, no marginal traffic: " + ", ".join(
-            name if why == "at capacity" else f"{name} ({why})" for name, why in full.items()))
+            c.pool if c.note == _AT_CAPACITY else f"{c.pool} ({c.note})" for c in candidates if not c.has_room))
         causes.add("capacity")
         candidates = with_room
     plain = [c for c in candidates if not by_name[c.pool].speculative]
@@ -247,12 +259,26 @@ def decide(
     )
 
 
-def _no_room(pool: PoolView, policy: GatePolicy) -> str:
-    """Why ``pool`` takes no marginal traffic now, or "" when it does."""
+_AT_CAPACITY = "at capacity"
+
+
+def _no_room(pool: PoolView, policy: GatePolicy, affinity: Affinity | None, draw: float | None) -> str:
+    """Why ``pool`` takes no marginal traffic now, or "" when it does.
+
+    Below a full cache, a request is turned away by chance, with a probability that
+    rises from 0 to 1 over the ramp; not one whose prefix the pool holds, which needs
+    few new blocks there.
+    """
     if pool.at_capacity:
-        return "at capacity"
-    if pool.kv_usage >= policy.kv_cache_full:
-        return f"KV cache {pool.kv_usage:.0%} used"
+        return _AT_CAPACITY
+    usage, full = pool.kv_usage, policy.kv_cache_full
+    if usage >= full:
+        return f"KV cache {usage:.0%} used"
+    start = full - policy.kv_cache_ramp
+    if draw is None or usage <= start or (affinity is not None and affinity.pool == pool.name):
+        return ""
+    if draw < (usage - start) / policy.kv_cache_ramp:
+        return f"KV cache {usage:.0%} used, thinning"
     return ""
 
 

@@ -110,6 +110,9 @@ class ProxySettings(BaseSettings):
     kv_cache_full: float = Field(
         0.95, gt=0.0, le=1.0, description="a pool whose scraped KV-cache usage reaches this takes no marginal "
                                           "traffic: a new request there would wait for blocks or cause a preemption")
+    kv_cache_ramp: float = Field(
+        0.05, ge=0.0, lt=1.0, description="over this much usage below kv_cache_full, marginal traffic thins out by "
+                                          "chance in proportion, so proxies sharing a scrape do not turn away at once")
     queue_timeout: float = Field(2.0, ge=0.0, description="wait for capacity before shedding with 503")
     queue_depth_per_replica: int = Field(16, ge=0, description="requests beyond max_num_seqs the proxy forwards")
     health_interval: float = Field(1.0, gt=0, description="seconds between health checks of a replica")

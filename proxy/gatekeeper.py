@@ -127,7 +127,7 @@ class Gatekeeper:
         if policy is None:
             config = self.settings.policy_for(model)
             policy = GatePolicy(mode=config.mode, margin=config.margin, hysteresis=config.hysteresis,
-                                kv_cache_full=self.settings.kv_cache_full)
+                                kv_cache_full=self.settings.kv_cache_full, kv_cache_ramp=self.settings.kv_cache_ramp)
             if len(self._policies) < 1024:  # model names come from clients
                 self._policies[model] = policy
         return policy
@@ -146,7 +146,8 @@ class Gatekeeper:
         views = self.pools.views()
         if serving is not None:
             views = [v for v in views if v.name in serving] or views
-        decision = decide(blended, views, self.calibration, policy, affinity, previous=self._last_route.get(shape))
+        decision = decide(blended, views, self.calibration, policy, affinity, previous=self._last_route.get(shape),
+                          draw=self._random.random())
         if len(views) < len(self.pools.pools):
             decision = replace(decision, reasons=(f"{model} is served only by {', '.join(v.name for v in views)}",
                                                   *decision.reasons))

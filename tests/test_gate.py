@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -62,6 +63,39 @@ def test_a_nearly_full_kv_cache_takes_no_marginal_traffic() -> None:
     # when every pool is that full, the gate still routes: to the cheapest
     both = [PoolView("spec", "draft_model", gamma=8, kv_usage=0.99), PoolView("plain", None, kv_usage=0.99)]
     assert decide(e, both, CAL).route == "spec"
+
+
+def test_near_a_full_kv_cache_marginal_traffic_thins_out_in_proportion() -> None:
+    """Over the ramp below kv_cache_full, the share turned away rises from 0 to 1, so
+    that proxies reading the same scrape do not all turn away at the same moment."""
+    e = estimate(body(tools=[TOOL], tool_choice="required", temperature=0))
+    draws = [(i + 0.5) / 100 for i in range(100)]
+
+    def share_turned_away(usage: float, affinity: Affinity | None = None) -> float:
+        spec = PoolView("spec", "draft_model", gamma=8, kv_usage=usage)
+        return sum(decide(e, [spec, PLAIN], CAL, affinity=affinity, draw=d).route == "plain" for d in draws) / 100
+
+    assert share_turned_away(0.90) == 0.0 and share_turned_away(0.95) == 1.0
+    assert share_turned_away(0.925) == pytest.approx(0.5, abs=0.02)
+    assert share_turned_away(0.9375) == pytest.approx(0.75, abs=0.02)
+    thinned = decide(e, [PoolView("spec", "draft_model", gamma=8, kv_usage=0.94), PLAIN], CAL, draw=0.1)
+    assert thinned.cause == "capacity" and thinned.cost_of("spec").note == "KV cache 94% used, thinning"
+    # a conversation whose prefix the pool holds needs few new blocks there: never thinned, only turned
+    # away from a full cache
+    held = Affinity("spec", cached_tokens=2000)
+    assert share_turned_away(0.94, held) == 0.0 and share_turned_away(0.96, held) == 1.0
+    # without a draw, only a full cache turns traffic away
+    assert decide(e, [PoolView("spec", "draft_model", gamma=8, kv_usage=0.94), PLAIN], CAL).route == "spec"
+
+
+@given(st.floats(0.0, 1.0), st.floats(0.0, 1.0, exclude_max=True))
+def test_the_kv_rule_is_bounded_by_its_ramp(usage: float, draw: float) -> None:
+    e = estimate(body(tools=[TOOL], tool_choice="required", temperature=0))
+    route = decide(e, [PoolView("spec", "draft_model", gamma=8, kv_usage=usage), PLAIN], CAL, draw=draw).route
+    if usage < 0.8999:  # the ramp starts at kv_cache_full - kv_cache_ramp, 0.90 give or take rounding
+        assert route == "spec"
+    if usage >= 0.95:
+        assert route == "plain"
 
 
 def test_unhealthy_pool_is_skipped() -> None:
