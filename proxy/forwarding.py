@@ -122,7 +122,7 @@ async def send_with_failover(
         if pool is not first and not gk.pools.has_room(pool):
             continue
         prefer = prefer_replica[1] if prefer_replica and prefer_replica[0] == pool.name else None
-        replica = pool.pick_replica(prefer, exclude=tried)
+        replica = pool.pick_replica(prefer, exclude=tried, kv_cache_full=gk.settings.kv_cache_full)
         if replica is None:
             continue
         if previous is not None:

@@ -107,8 +107,10 @@ class Pool:
             kv_usage=min((r.kv_usage for r in healthy), default=0.0),
         )
 
-    def pick_replica(self, prefer: str | None = None, exclude: set[str] | None = None) -> Replica | None:
-        """The replica holding the prefix unless it is queueing, else the least loaded."""
+    def pick_replica(self, prefer: str | None = None, exclude: set[str] | None = None,
+                     kv_cache_full: float = 1.0) -> Replica | None:
+        """The replica holding the prefix unless it is queueing or its KV cache is full,
+        else the least loaded of those with room in their KV cache (of all, if none has)."""
         exclude = exclude or set()
         candidates = [r for r in self.healthy_replicas() if r.url not in exclude]
         if not candidates:
@@ -117,9 +119,12 @@ class Pool:
             return candidates[0] if candidates else None
         if prefer is not None:
             preferred = self.replicas.get(prefer)
-            if preferred in candidates and preferred.queued <= 0 and preferred.inflight < self.config.max_num_seqs:
+            if (preferred in candidates and preferred.queued <= 0 and preferred.inflight < self.config.max_num_seqs
+                    and preferred.kv_usage < kv_cache_full):
                 return preferred
-        return min(candidates, key=lambda r: (r.load + r.queued, r.inflight))
+        # the pool's view counts the replica with the most KV room; that is where a request should go
+        with_room = [r for r in candidates if r.kv_usage < kv_cache_full] or candidates
+        return min(with_room, key=lambda r: (r.load + r.queued, r.inflight))
 
 
 class PoolSet:
