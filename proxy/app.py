@@ -94,7 +94,7 @@ class Proxy:
         except BadRequest as exc:
             # no model label: a rejected request's model name is whatever the client typed
             self.gk.metrics.requests.labels(model="", route="none", status=str(exc.status)).inc()
-            return openai_error(exc.status, str(exc), param=exc.param, code=exc.code)
+            return exc.response()
         self.gk.metrics.decisions.labels(model=self.gk.metrics.model_label(plan.model), route=plan.decision.route,
                                          reason=self.gk.decision_reason(plan)).inc()
         overhead = time.perf_counter() - started
@@ -227,7 +227,7 @@ class Proxy:
         try:
             self._authorize(request)  # as vLLM guards every /v1 route with its key
         except BadRequest as exc:
-            return openai_error(exc.status, str(exc), code=exc.code)
+            return exc.response()
         data = await self.catalog.refresh()
         if not data:
             return openai_error(503, "no pool answered /v1/models", code="upstream_unavailable")
@@ -240,7 +240,7 @@ class Proxy:
             self._authorize(request)
             raw = await read_body(request, self.gk.settings.max_body_bytes)
         except BadRequest as exc:
-            return openai_error(exc.status, str(exc), code=exc.code)
+            return exc.response()
         named = parse_json(raw) if raw else None
         serving = self.catalog.pools_serving(named.get("model") if isinstance(named, dict) else None)
         try:
@@ -281,7 +281,7 @@ class Proxy:
             endpoint = "completions" if "prompt" in body and "messages" not in body else "chat"
             return JSONResponse(self._plan(body, endpoint).explain())
         except BadRequest as exc:
-            return openai_error(exc.status, str(exc), param=exc.param)
+            return exc.response()
 
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})

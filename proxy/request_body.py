@@ -14,6 +14,9 @@ import json
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse
+
+from proxy.errors import openai_error
 
 
 class BadRequest(Exception):
@@ -22,6 +25,9 @@ class BadRequest(Exception):
     def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.status, self.param, self.code = status, param, code
+
+    def response(self) -> JSONResponse:
+        return openai_error(self.status, str(self), param=self.param, code=self.code)
 
 
 async def read_body(request: Request, limit: int) -> bytes:
