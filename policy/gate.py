@@ -27,6 +27,7 @@ from policy.structure.estimator import StructureEstimate
 
 Mode = Literal["auto", "always_on", "always_off"]
 CAUSES = ("unsupported_sampling", "n_gt_1", "mode", "capacity", "hysteresis", "health")  # strongest first
+_AT_CAPACITY = "at capacity"  # a pool's note when every sequence slot is taken
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,9 +258,6 @@ def decide(
         break_even=functools.partial(_break_even, estimate, by_name.get(best_spec.pool), best_spec.tau,
                                      calibration, mix),
     )
-
-
-_AT_CAPACITY = "at capacity"
 
 
 def _no_room(pool: PoolView, policy: GatePolicy, affinity: Affinity | None, draw: float | None) -> str:
