@@ -26,6 +26,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from proxy.auth import bearer_token, token_matches
 from proxy.catalog import ModelCatalog
 from proxy.config import ConfigError, ProxySettings
+from proxy.cors import CorsForOwnAnswers, CorsPolicy
 from proxy.disconnect import ClientGone, cancelled_if_client_leaves
 from proxy.errors import openai_error, stream_error_event
 from proxy.forwarding import NoCapacity, Upstream, UpstreamUnavailable, downstream_headers, send_with_failover
@@ -307,6 +308,11 @@ class Proxy:
             return openai_error(400, str(exc), code="invalid_configuration")
         return JSONResponse({"reloaded": True, "pools": [p.name for p in self.gk.pools]})
 
+    def cors_policy(self) -> CorsPolicy:
+        """The CORS settings now in force (a reload changes them)."""
+        settings = self.gk.settings
+        return CorsPolicy(settings.allowed_origins, settings.allow_credentials)
+
     def do_reload(self) -> None:
         if self.reload_settings is None:
             raise ConfigError("this proxy was started without a configuration file to reload")
@@ -330,7 +336,8 @@ def _target(request: Request, path: str) -> str:
     return f"{path}?{query.decode('latin-1')}" if query else path
 
 
-def create_app(settings: ProxySettings, reload_settings: Callable[[], ProxySettings] | None = None) -> HotRoutes:
+def create_app(settings: ProxySettings,
+               reload_settings: Callable[[], ProxySettings] | None = None) -> CorsForOwnAnswers:
     proxy = Proxy(settings, reload_settings)
 
     @asynccontextmanager
@@ -371,7 +378,8 @@ def create_app(settings: ProxySettings, reload_settings: Callable[[], ProxySetti
         return openai_error(500, "internal error in draftgate; the request was not forwarded")
 
     app.state.proxy = proxy
-    return HotRoutes(app, {"/v1/chat/completions": proxy.chat, "/v1/completions": proxy.completions})
+    gated = HotRoutes(app, {"/v1/chat/completions": proxy.chat, "/v1/completions": proxy.completions})
+    return CorsForOwnAnswers(gated, proxy.cors_policy)
 
 
 def _sighup(proxy: Proxy) -> None:

@@ -138,6 +138,10 @@ class ProxySettings(BaseSettings):
         None, description="the client certificate (PEM) shown to https pools that require one (vLLM's "
                           "--ssl-cert-reqs 2, mutual TLS); needs tls_client_keyfile. Read at startup")
     tls_client_keyfile: Path | None = Field(None, description="the private key of tls_client_certfile (PEM)")
+    allowed_origins: list[str] = Field(
+        default_factory=lambda: ["*"], description="CORS origins allowed on the answers the proxy makes itself, "
+                                                   "as vLLM's --allowed-origins (pools' answers keep their own)")
+    allow_credentials: bool = Field(False, description="CORS credentials, as vLLM's --allow-credentials")
     graceful_shutdown_seconds: float = Field(
         30.0, gt=0, description="after SIGTERM, how long requests in flight may run before they are cut; read at "
                                 "startup. A long reasoning stream needs minutes: the Helm chart sets 120")

@@ -248,6 +248,41 @@ def test_a_browsers_cors_preflight_is_answered_as_the_pool_answers_it() -> None:
         assert httpx.post(f"{st.proxy.url}/v1/chat/completions", json=body, headers=origin).status_code == 401
 
 
+def test_answers_the_proxy_makes_itself_carry_cors_headers_as_vllms_do() -> None:
+    """The merged model list, a 400 or a 401 never come from a pool, so a pool's
+    CORS headers cannot come with them. Without their own, a browser could not list
+    models and would see every proxy-made error as a CORS failure."""
+    origin = {"origin": "https://agent.example"}
+    key = {"authorization": "Bearer client-key"}
+
+    def allow_origin(r: httpx.Response) -> list[str]:
+        return r.headers.get_list("access-control-allow-origin")
+
+    with stack(37, api_keys=["client-key"]) as st:
+        via = httpx.get(f"{st.proxy.url}/v1/models", headers={**origin, **key})
+        direct = httpx.get(f"{st.off.url}/v1/models", headers=origin)
+        assert via.status_code == direct.status_code == 200
+        assert allow_origin(via) == allow_origin(direct) == ["*"]
+        malformed = httpx.post(f"{st.proxy.url}/v1/chat/completions", content=b"{", headers={**origin, **key,
+                                                                                             "content-type": "application/json"})
+        assert malformed.status_code == 400 and allow_origin(malformed) == ["*"]
+        assert allow_origin(httpx.get(f"{st.proxy.url}/v1/models", headers=origin)) == ["*"]  # the 401
+        # a pool's own answer keeps its header, not a second one
+        body = {"model": MODEL, "messages": USER, "max_tokens": 2}
+        answer = httpx.post(f"{st.proxy.url}/v1/chat/completions", json=body, headers={**origin, **key})
+        assert answer.status_code == 200 and allow_origin(answer) == ["*"]
+        # clients that are not browsers send no Origin and get no CORS headers
+        plain = httpx.get(f"{st.proxy.url}/v1/models", headers=key)
+        assert not [k for k in plain.headers if k.startswith("access-control-")]
+
+    with stack(38, allowed_origins=["https://agent.example"], allow_credentials=True) as st:
+        listed = httpx.get(f"{st.proxy.url}/v1/models", headers=origin)
+        assert allow_origin(listed) == ["https://agent.example"]  # named: "*" is refused with credentials
+        assert listed.headers["access-control-allow-credentials"] == "true" and "Origin" in listed.headers["vary"]
+        stranger = httpx.get(f"{st.proxy.url}/v1/models", headers={"origin": "https://elsewhere.example"})
+        assert stranger.status_code == 200 and not allow_origin(stranger)
+
+
 def test_a_passed_through_answer_cut_midway_is_cut_for_the_client_too() -> None:
     """Bytes of it have gone, so no other pool can take over; but ending it cleanly
     would hand the client a truncated body as whole. The client's connection drops,
