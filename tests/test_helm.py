@@ -130,6 +130,43 @@ def test_a_private_ca_and_a_client_certificate_are_mounted_where_the_config_name
     assert not {"tls_ca_file", "tls_client_certfile", "tls_client_keyfile"} & set(default)
 
 
+def test_with_a_server_certificate_the_proxy_probes_and_scrapes_speak_https(tmp_path: Path) -> None:
+    import kubernetes_validate
+
+    docs = render(values={"tls": {"serverSecret": "dg-tls"}, "monitoring": {"serviceMonitor": True}})
+    for doc in docs:
+        if not doc["apiVersion"].startswith("monitoring.coreos.com"):
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    config = yaml.safe_load(next(d for d in docs if d["kind"] == "ConfigMap" and "draftgate.yaml" in d["data"])[
+        "data"]["draftgate.yaml"])
+    pod = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "dg-draftgate")[
+        "spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    (port,) = container["ports"]
+    assert port["name"] == "https"  # meshes read a port's protocol from its name
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"]["scheme"] == "HTTPS" and container[probe]["httpGet"]["port"] == "https"
+    service = next(d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "dg-draftgate")
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["https"]
+    (endpoint,) = next(d for d in docs if d["kind"] == "ServiceMonitor")["spec"]["endpoints"]
+    assert (endpoint["port"], endpoint["scheme"]) == ("https", "https")
+    assert endpoint["tlsConfig"]["ca"]["secret"] == {"name": "dg-tls", "key": "ca.crt"}
+    assert endpoint["tlsConfig"]["serverName"] == "dg-draftgate.inference.svc"
+    # the files the configuration names are the Secret's pair, and the proxy accepts them as a pair
+    volume = next(v for v in pod["volumes"] if v.get("secret", {}).get("secretName") == "dg-tls")
+    mount = next(m for m in container["volumeMounts"] if m["name"] == volume["name"])["mountPath"]
+    files = {i["key"]: i["path"] for i in volume["secret"]["items"]}
+    assert (config["tls_certfile"], config["tls_keyfile"]) == (f"{mount}/{files['tls.crt']}", f"{mount}/{files['tls.key']}")
+    shutil.copy(ROOT / "tests" / "data" / "tls" / "server.pem", tmp_path / files["tls.crt"])
+    shutil.copy(ROOT / "tests" / "data" / "tls" / "server-key.pem", tmp_path / files["tls.key"])
+    (tmp_path / "draftgate.yaml").write_text(yaml.safe_dump(
+        {**config, "tls_certfile": str(tmp_path / files["tls.crt"]), "tls_keyfile": str(tmp_path / files["tls.key"])}))
+    assert load_settings(tmp_path / "draftgate.yaml").tls_certfile == tmp_path / files["tls.crt"]
+    # without one, plain http as before
+    default_pod = next(d for d in render() if d["kind"] == "Deployment" and d["metadata"]["name"] == "dg-draftgate")
+    assert default_pod["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["scheme"] == "HTTP"
+
+
 def test_in_chart_pools_are_headless_with_startup_probes_and_known_flags() -> None:
     docs = render()
     pools = [d for d in docs if d["kind"] == "Service" and d["metadata"]["labels"].get("app.kubernetes.io/component") == "vllm"]
@@ -169,6 +206,7 @@ def test_any_other_proxy_setting_passes_through_config_extra(tmp_path: Path) -> 
 @pytest.mark.parametrize(("setting", "needle"), [
     ("replicaCount=0", "replicaCount"),
     ("config.extra.pools=none", "/config/extra/pools"),  # the chart writes the pools itself
+    ("config.extra.tls_certfile=/x.pem", "/config/extra/tls_certfile"),  # tls.serverSecret mounts and sets it
     ("vllm.pools[0].name=Bad_Name", "name"),
     ("config.defaultPolicy.mode=sometimes", "mode"),
     ("surprise=1", "surprise"),

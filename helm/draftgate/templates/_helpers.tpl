@@ -16,6 +16,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: proxy
 {{- end -}}
 
+{{- /* the proxy's port name says its protocol, as meshes read it (Istio: "http" is plaintext) */ -}}
+{{- define "draftgate.portName" -}}
+{{- if .Values.tls.serverSecret }}https{{ else }}http{{ end -}}
+{{- end -}}
+
 {{- define "draftgate.poolName" -}}
 {{- printf "%s-%s" .root.Release.Name .pool.name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
