@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from starlette.responses import JSONResponse
 
 _TYPES = {
@@ -20,7 +22,5 @@ def openai_error(status: int, message: str, *, param: str | None = None, code: s
 
 def stream_error_event(status: int, message: str) -> bytes:
     """An error inside an SSE stream, as vLLM sends it (code is the integer status)."""
-    import json
-
     payload = {"error": {"message": message, "type": _TYPES.get(status, "error"), "param": None, "code": status}}
     return b"data: " + json.dumps(payload).encode() + b"\n\ndata: [DONE]\n\n"
