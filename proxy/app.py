@@ -99,7 +99,7 @@ class Proxy:
         self.gk.metrics.decisions.labels(model=self.gk.metrics.model_label(plan.model), route=plan.decision.route,
                                          reason=self.gk.decision_reason(plan)).inc()
         overhead = time.perf_counter() - started
-        observation = Observation()
+        observation = Observation(request_id=_request_id(request.scope["headers"]))
         try:
             # until a stream's first event the client has nothing either: it may leave meanwhile
             async with cancelled_if_client_leaves(request.receive):
@@ -329,6 +329,13 @@ class Proxy:
 
 def _raw(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
     return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+
+
+def _request_id(headers: list[tuple[bytes, bytes]]) -> str | None:
+    for name, value in headers:
+        if name == b"x-request-id":  # ASGI servers lower-case header names
+            return value[:128].decode("latin-1")
+    return None
 
 
 def _target(request: Request, path: str) -> str:

@@ -42,6 +42,9 @@ class Observation:
     failovers: int = 0
     # the response's id, as the client sees it; vLLM's request id (its logs name it)
     response_id: str | None = None
+    # the X-Request-Id the client (or its load balancer) sent: finds in their logs a
+    # request that got no response id (shed, cut, the client gone)
+    request_id: str | None = None
 
     def feed(self, payload: Any) -> None:
         """A parsed SSE chunk or a whole non-streamed body."""

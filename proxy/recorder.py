@@ -259,7 +259,8 @@ class Recorder:
              saving_obs: float | None) -> None:
         """The request's log line; docs/logs.md lists its fields."""
         record: dict[str, Any] = {
-            "event": "request", "id": observation.response_id, "endpoint": plan.endpoint,
+            "event": "request", "id": observation.response_id, "request_id": observation.request_id,
+            "endpoint": plan.endpoint,
             "model": plan.model or "", "route": route, "replica": replica,
             "decided": plan.decision.route, "explored": plan.explored, "class": plan.request_class,
             "status": status, "stream": plan.body.get("stream") is True,

@@ -42,7 +42,7 @@ def test_the_request_line_has_the_documented_fields_and_names_the_response(reque
             "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
         answer = httpx.post(f"{st.proxy.url}/v1/chat/completions", timeout=30, json={
             "model": MODEL, "messages": [{"role": "user", "content": "Weather in Oslo?"}], "tools": [tool],
-            "tool_choice": "required", "temperature": 0})
+            "tool_choice": "required", "temperature": 0}, headers={"x-request-id": "lb-7f3a"})
         assert answer.status_code == 200
         assert wait_until(lambda: request_log.getvalue().endswith("\n")), "no line: it is written after the answer"
         (line,) = [json.loads(x) for x in request_log.getvalue().splitlines()]
@@ -53,6 +53,8 @@ def test_the_request_line_has_the_documented_fields_and_names_the_response(reque
     # the optional ones are those a completed answer from a plain pool may lack
     assert documented - set(line) <= {"tau_observed", "saving_observed"}, documented - set(line)
     assert line["id"] == answer.json()["id"] and line["status"] == 200 and line["route"] == route
+    # the caller's X-Request-Id reached vLLM, which named the response after it, and the line
+    assert line["request_id"] == "lb-7f3a" and line["id"] == "chatcmpl-lb-7f3a"
     assert line["replica"] == (st.on.url if route == "spec-on" else st.off.url)
 
 

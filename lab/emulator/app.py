@@ -156,7 +156,9 @@ class Emulator:
                 self.get_engine().submit(seq)
         except ValueError as exc:
             return wire.error_response(str(exc), 400)
-        rid = ("chatcmpl-" if endpoint == "chat" else "cmpl-") + uuid.uuid4().hex
+        # as vLLM names a request: after the caller's X-Request-Id when it sent one
+        rid = ("chatcmpl-" if endpoint == "chat" else "cmpl-") + (request.headers.get("x-request-id")
+                                                                 or uuid.uuid4().hex)
         if body.get("stream"):
             return StreamingResponse(self._stream(rid, body, endpoint, seqs, gens, prompt_len),
                                      media_type="text/event-stream")
