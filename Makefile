@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test install demo bench clean
+.PHONY: test install demo bench soak clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ bench: $(STAMP)
 	$(BIN)/python -m lab.bench_proxy
 	$(BIN)/python -m lab.trace_proxy
 	$(BIN)/python -m lab.bench_disconnect
+
+# Agent traffic through the proxy for five minutes while replicas fail and die: nothing may be lost.
+soak: $(STAMP)
+	$(BIN)/python -m lab.soak --seconds 300 --rate 40
 
 clean:
 	rm -rf $(VENV) build *.egg-info demo-output

@@ -29,7 +29,14 @@ from proxy.config import ConfigError, ProxySettings
 from proxy.cors import CorsForOwnAnswers, CorsPolicy
 from proxy.disconnect import ClientGone, cancelled_if_client_leaves
 from proxy.errors import openai_error, stream_error_event
-from proxy.forwarding import NoCapacity, Upstream, UpstreamUnavailable, downstream_headers, send_with_failover
+from proxy.forwarding import (
+    NoCapacity,
+    Upstream,
+    UpstreamUnavailable,
+    count_failed_answer,
+    downstream_headers,
+    send_with_failover,
+)
 from proxy.gatekeeper import Gatekeeper, Plan
 from proxy.hot_routes import HotRoutes
 from proxy.monitor import Monitor
@@ -195,9 +202,12 @@ class Proxy:
                 if observation.first_byte_at is None:
                     observation.first_byte_at = time.perf_counter()
                 yield event
+            if observation.complete:
+                upstream.replica.answered()
         except UpstreamError as exc:
             status = 502
             self.gk.metrics.upstream_errors.labels(pool=upstream.pool.name, kind="mid_stream").inc()
+            count_failed_answer(self.gk, upstream.pool, upstream.replica)
             yield stream_error_event(502, f"upstream failed mid-stream: {type(exc).__name__}")
         except UpstreamAborted:
             status = 503
@@ -259,8 +269,10 @@ class Proxy:
             try:
                 async for chunk in upstream.response.aiter_raw():
                     yield chunk
+                upstream.replica.answered()
             except UpstreamError as exc:  # bytes have gone: too late for another pool
                 self.gk.metrics.upstream_errors.labels(pool=upstream.pool.name, kind="mid_body").inc()
+                count_failed_answer(self.gk, upstream.pool, upstream.replica)
                 log.warning("a passed-through answer broke midway; the client's connection is dropped",
                             extra={"replica": upstream.replica.url, "path": request.url.path, "error": str(exc)})
                 raise

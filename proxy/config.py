@@ -120,6 +120,13 @@ class ProxySettings(BaseSettings):
     health_timeouts_to_fail: int = Field(
         3, ge=1, description="consecutive unanswered checks before a replica leaves rotation; a failed "
                              "connection or a non-200 answer takes it out at once")
+    eject_after_failed_answers: int = Field(
+        5, ge=0, description="answers in a row that fail (502/503/504, a dropped connection, no first byte in "
+                             "time, a stream cut) before a replica leaves rotation though its /health is fine; 0: "
+                             "never")
+    ejection_seconds: float = Field(
+        5.0, gt=0, description="how long the first ejection lasts; each further one without a good answer "
+                               "between doubles it, up to 60 s")
     scrape_interval: float = Field(2.0, gt=0, description="seconds between reads of a replica's /metrics")
     log_requests: bool = True
     exploration_share: float = Field(0.02, ge=0.0, le=0.5, description="share sent to the pool not chosen")

@@ -6,6 +6,11 @@ request to the next pool in the plan's order, within the retry budget and
 never past a pool's capacity; so does any failure before the client has been
 sent anything: a stream that breaks before its first event, an answer that
 breaks before its end. Anything else, 4xx included, passes through.
+
+Every such failure also counts against its replica: enough in a row take it
+out of rotation for a while (``eject_after_failed_answers``), since a replica
+can fail every answer while its ``/health`` stays fine, and the retries it
+causes would spend the budget that real failovers need.
 """
 
 from __future__ import annotations
@@ -154,6 +159,8 @@ async def send_with_failover(
             if isinstance(exc, UpstreamConnectError):
                 replica.mark_failed()
                 log.warning("upstream connect failed", extra={"replica": replica.url, "error": str(exc)})
+            else:
+                count_failed_answer(gk, pool, replica)
             gk.metrics.upstream_errors.labels(pool=pool.name, kind=kind).inc()
             previous = pool
             continue
@@ -161,10 +168,23 @@ async def send_with_failover(
             await response.aclose()
             gk.pools.release(replica)
             gk.metrics.upstream_errors.labels(pool=pool.name, kind=f"http_{response.status_code}").inc()
+            count_failed_answer(gk, pool, replica)
             last_error, last_status, previous = f"upstream answered {response.status_code}", response.status_code, pool
             continue
+        if until == "end":  # else the answer is good only once it has come whole: the caller says
+            replica.answered()
         return Upstream(response, pool, replica, failovers, content)
     raise UpstreamUnavailable(last_error, last_status)
+
+
+def count_failed_answer(gk: Gatekeeper, pool: Pool, replica: Replica) -> None:
+    """Count a failed answer against ``replica``; eject it when that makes enough in a row."""
+    settings = gk.settings
+    seconds = replica.answer_failed(settings.eject_after_failed_answers, settings.ejection_seconds)
+    if seconds is not None:
+        gk.metrics.ejections.labels(pool=pool.name).inc()
+        log.warning("replica ejected: its answers failed %d times in a row; back in rotation in %.0f s",
+                    settings.eject_after_failed_answers, seconds, extra={"replica": replica.url})
 
 
 async def _read_until(response: UpstreamResponse, until: Until) -> bytes | None:

@@ -71,11 +71,13 @@ class ProxyMetrics:
                             ["model"], registry=r)
         self.upstream_errors = Counter("draftgate_upstream_errors", "Upstream failures, by pool and kind.",
                                        ["pool", "kind"], registry=r)
+        self.ejections = Counter("draftgate_replica_ejections", "Replicas taken out of rotation for failing "
+                                 "answers in a row while their health checks passed.", ["pool"], registry=r)
         self.overhead = Histogram("draftgate_proxy_overhead_seconds",
                                   "Time spent in the proxy itself, upstream time excluded.", ["endpoint"],
                                   buckets=_OVERHEAD_BUCKETS, registry=r)
-        self.pool_healthy = Gauge("draftgate_pool_healthy_replicas", "Replicas passing health checks.", ["pool"],
-                                  registry=r)
+        self.pool_healthy = Gauge("draftgate_pool_healthy_replicas", "Replicas in rotation: passing health "
+                                  "checks, not ejected.", ["pool"], registry=r)
         self.pool_inflight = Gauge("draftgate_pool_inflight_requests", "Requests this proxy has in flight.",
                                    ["pool"], registry=r)
         self.affinity_entries = Gauge("draftgate_affinity_entries", "Conversations remembered for prefix affinity.",

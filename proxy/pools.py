@@ -32,6 +32,17 @@ class Replica:
     # requests this proxy saw finish since the last scrape: the scraped load is that much stale
     finished_since_scrape: int = 0
     started: int = 0  # requests ever sent here: a scrape taken while it moved straddled one
+    # Passive checks: answers that failed in a row, and the ejection they led to. A
+    # replica whose /health is fine can still fail every answer (a broken sidecar, a
+    # wedged engine); health checks alone would keep it in rotation.
+    failed_answers: int = 0
+    ejected_until: float = 0.0  # monotonic; 0: never ejected
+    ejections: int = 0  # in a row, without a good answer between: each doubles the next
+
+    @property
+    def in_rotation(self) -> bool:
+        """Healthy, and not ejected for failing its answers."""
+        return self.healthy and (not self.ejected_until or self.ejected_until <= time.monotonic())
 
     def start(self) -> None:
         self.inflight += 1
@@ -45,6 +56,22 @@ class Replica:
     @property
     def queued(self) -> float:
         return max(0.0, self.waiting - max(0, self.finished_since_scrape - self.running))
+
+    def answered(self) -> None:
+        self.failed_answers = 0
+        self.ejections = 0
+
+    def answer_failed(self, limit: int, ejection_seconds: float, cap: float = 60.0) -> float | None:
+        """Count an answer that failed; the seconds of ejection when this one makes ``limit``
+        in a row (0: never). Ejection ends by itself: no health check says otherwise."""
+        self.failed_answers += 1
+        if limit <= 0 or self.failed_answers < limit:
+            return None
+        self.failed_answers = 0
+        seconds = min(cap, ejection_seconds * 2 ** min(self.ejections, 8))
+        self.ejections += 1
+        self.ejected_until = time.monotonic() + seconds
+        return seconds
 
     def mark_failed(self, backoff_cap: float = 30.0) -> None:
         self.failures += 1
@@ -76,7 +103,8 @@ class Pool:
         return self.config.speculation is not None
 
     def healthy_replicas(self) -> list[Replica]:
-        return [r for r in self.replicas.values() if r.healthy]
+        """The replicas in rotation: healthy and not ejected."""
+        return [r for r in self.replicas.values() if r.in_rotation]
 
     @property
     def inflight(self) -> int:

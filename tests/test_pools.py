@@ -35,3 +35,28 @@ def test_the_replica_holding_the_prefix_serves_unless_it_has_no_room() -> None:
     for no_room in ({"waiting": 2}, {"kv_usage": 0.96}, {"inflight": 8}):
         busy = pool_with(a={"running": 1}, b={"running": 4, **no_room})
         assert busy.pick_replica("http://b:8000", kv_cache_full=0.95).url != "http://b:8000", no_room
+
+
+def test_answers_failing_in_a_row_eject_a_replica_for_a_doubling_while() -> None:
+    pool = pool_with()
+    a = pool.replicas["http://a:8000"]
+    for _ in range(4):
+        assert a.answer_failed(limit=5, ejection_seconds=5.0) is None
+    a.answered()  # a good answer between: the count starts again
+    assert [a.answer_failed(limit=5, ejection_seconds=5.0) for _ in range(5)][-1] == 5.0
+    assert not a.in_rotation and a.healthy  # its health checks pass; it is out all the same
+    assert [r.url for r in pool.healthy_replicas()] == ["http://b:8000", "http://c:8000"]
+    assert pool.pick_replica().url != "http://a:8000"
+    a.ejected_until = 1.0  # the ejection over, without a good answer since: the next one is longer
+    assert a.in_rotation
+    assert [a.answer_failed(limit=5, ejection_seconds=5.0) for _ in range(5)][-1] == 10.0
+    for _ in range(20):
+        a.ejected_until = 1.0
+        seconds = [a.answer_failed(limit=5, ejection_seconds=5.0) for _ in range(5)][-1]
+    assert seconds == 60.0  # capped
+    never = pool.replicas["http://b:8000"]
+    assert all(never.answer_failed(limit=0, ejection_seconds=5.0) is None for _ in range(50)) and never.in_rotation
+    # with every replica out, one is still tried rather than none
+    for r in pool.replicas.values():
+        r.ejected_until = 1e18
+    assert pool.pick_replica() is not None

@@ -348,6 +348,28 @@ def test_failover_on_503_and_stream_dying_midway() -> None:
         assert text.rstrip().endswith("data: [DONE]")
 
 
+def test_a_replica_failing_every_answer_leaves_rotation_though_its_health_checks_pass() -> None:
+    """Its /health says 200, so only its answers tell. Without ejection every request
+    sent its way fails over, spending the retry budget that real failovers need."""
+    tool_call = {"model": MODEL, "messages": USER, "tools": [WEATHER], "tool_choice": "required", "temperature": 0}
+    with stack(39, eject_after_failed_answers=3, ejection_seconds=1.0) as st:
+        assert httpx.post(f"{st.proxy.url}/v1/chat/completions", json=tool_call).headers[
+            "x-draftgate-route"] == "spec-on"
+        httpx.post(f"{st.on.url}/debug/faults", json={"error_status": 503})
+        answers = [httpx.post(f"{st.proxy.url}/v1/chat/completions", json=tool_call) for _ in range(8)]
+        assert [a.status_code for a in answers] == [200] * 8
+        assert {a.headers["x-draftgate-route"] for a in answers} == {"spec-off"}
+        assert st.metric("draftgate_failovers_total") == 3  # then the gate saw the pool out of rotation
+        assert st.metric("draftgate_replica_ejections_total", pool="spec-on") == 1
+        assert httpx.get(f"{st.proxy.url}/ready").json()["healthy_replicas"]["spec-on"] == 0
+        assert httpx.get(f"{st.on.url}/health").status_code == 200
+        httpx.post(f"{st.on.url}/debug/faults", json={"error_status": None})
+        # the ejection ends by itself; the replica is back and serves its share again
+        assert wait_until(lambda: httpx.post(f"{st.proxy.url}/v1/chat/completions", json=tool_call).headers[
+            "x-draftgate-route"] == "spec-on", seconds=10)
+        assert st.metric("draftgate_failovers_total") == 3
+
+
 def test_a_stream_that_breaks_before_its_first_event_goes_to_another_pool() -> None:
     """A replica that fails during prefill has sent headers and nothing else: the
     client has nothing yet, so the request is failed over, not answered with an error."""
