@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import sys
 import tempfile
@@ -178,7 +177,7 @@ async def inject(replicas: list[Replica], period: float, seconds: float, rng: ra
             else:
                 await replica.set_faults(client, faults)
             await asyncio.sleep(min(period, max(0.0, deadline - time.monotonic())))
-            if faults is None or faults.get("refuse_connections"):
+            if faults is None or faults.get("refuse_connections"):  # only a restart lifts a refusal
                 replica.kill()
                 await asyncio.to_thread(replica.start)
             else:
@@ -316,5 +315,4 @@ def report(outcomes: Outcomes) -> None:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("PYTHONHASHSEED", "0")
     main()

@@ -63,14 +63,22 @@ class Replica:
 
     def answer_failed(self, limit: int, ejection_seconds: float, cap: float = 60.0) -> float | None:
         """Count an answer that failed; the seconds of ejection when this one makes ``limit``
-        in a row (0: never). Ejection ends by itself: no health check says otherwise."""
+        in a row (0: never). Ejection ends by itself: no health check says otherwise.
+
+        Failures while ejected do not count: they are answers that were already on their
+        way, or requests a pool with no replica left in rotation tried here anyway, and
+        counting them would double the ejection again and again within a second.
+        """
+        now = time.monotonic()
+        if self.ejected_until > now:
+            return None
         self.failed_answers += 1
         if limit <= 0 or self.failed_answers < limit:
             return None
         self.failed_answers = 0
         seconds = min(cap, ejection_seconds * 2 ** min(self.ejections, 8))
         self.ejections += 1
-        self.ejected_until = time.monotonic() + seconds
+        self.ejected_until = now + seconds
         return seconds
 
     def mark_failed(self, backoff_cap: float = 30.0) -> None:
