@@ -99,6 +99,7 @@ def request_mix(rng: random.Random, turn: int) -> tuple[str, dict[str, Any]]:
 class Outcomes:
     by_fault: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     lost: list[str] = field(default_factory=list)
+    cut_because: Counter[str] = field(default_factory=Counter)  # the error events' messages
     sent: int = 0
 
 
@@ -202,6 +203,8 @@ async def drive(proxy_url: str, rate: float, seconds: float, period: float, repl
             outcomes.by_fault[fault][verdict] += 1
             if verdict == "lost":
                 outcomes.lost.append(f"[{fault}] {path} stream={body['stream']}: {detail}")
+            elif verdict == "cut after events":
+                outcomes.cut_because[detail] += 1
 
         start = time.monotonic()
         while time.monotonic() - start < seconds:
@@ -312,6 +315,8 @@ def report(outcomes: Outcomes) -> None:
     print(f"{'fault while the requests were made':>48} {'ok':>6} {'cut after events':>17} {'lost':>5}")
     for fault, counts in outcomes.by_fault.items():
         print(f"{fault:>48} {counts['ok']:>6} {counts['cut after events']:>17} {counts['lost']:>5}")
+    for message, count in outcomes.cut_because.most_common():
+        print(f"{count:>6} stream(s) cut after events: {message}")
 
 
 if __name__ == "__main__":
