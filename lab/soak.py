@@ -243,8 +243,8 @@ def proxy_config(replicas: list[Replica]) -> dict[str, Any]:
     return {
         "pools": [{"name": "spec-on", "urls": urls("spec-on"), "speculation": {"gamma": 8}, "max_num_seqs": 64},
                   {"name": "spec-off", "urls": urls("spec-off"), "max_num_seqs": 64}],
-        # the rest as shipped, but a first byte may take 1.5 s, not 300: the slow replica's
-        # requests then fail over within a fault's period
+        # the rest as shipped, but a stream's first byte may take 1.5 s, not 300: the slow
+        # replica's streams then fail over within a fault's period (its whole answers wait)
         "health_interval": 0.5, "scrape_interval": 1.0, "first_byte_timeout": 1.5,
     }
 

@@ -132,7 +132,7 @@ class Proxy:
         try:
             upstream = await send_with_failover(gk, self.upstream, "POST", _target(request, path),
                                                 request.scope["headers"], raw, plan.order, prefer, plan.model,
-                                                until="first_event" if streamed else "end")
+                                                until="first_event" if streamed else "end", streamed=streamed)
         except NoCapacity:
             self.recorder.finish(plan, None, observation, 503, overhead)
             return openai_error(503, "all pools are at capacity; retry shortly", code="overloaded",
@@ -257,7 +257,8 @@ class Proxy:
         try:
             upstream = await send_with_failover(self.gk, self.upstream, request.method,
                                                 _target(request, request.url.path), request.scope["headers"], raw,
-                                                self.gk.plain_first(serving), None, None)
+                                                self.gk.plain_first(serving), None, None,
+                                                streamed=isinstance(named, dict) and named.get("stream") is True)
         except NoCapacity:
             return openai_error(503, "all pools are at capacity; retry shortly", headers={"retry-after": "1"})
         except UpstreamUnavailable as exc:

@@ -104,7 +104,11 @@ class ProxySettings(BaseSettings):
     api_keys: list[SecretStr] = Field(default_factory=list, description="accepted client keys; empty: open")
     admin_token: SecretStr | None = None
     connect_timeout: float = Field(2.0, gt=0)
-    first_byte_timeout: float = Field(300.0, gt=0, description="upstream headers must arrive within this")
+    first_byte_timeout: float = Field(
+        300.0, gt=0, description="a stream's headers, its first event and each event after must come within this")
+    answer_timeout: float = Field(
+        3600.0, gt=0, description="a non-streamed answer must come within this. vLLM sends it whole once "
+                                  "generated, so this bounds the whole generation: long reasoning takes minutes")
     retry_budget_ratio: float = Field(0.2, ge=0.0, le=1.0, description="retries per request, over 10 s")
     retry_budget_floor: float = Field(5.0, ge=0.0, description="retries per second always allowed")
     kv_cache_full: float = Field(

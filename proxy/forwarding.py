@@ -105,14 +105,22 @@ async def send_with_failover(
     prefer_replica: tuple[str, str] | None,
     model: str | None,
     until: Until = "headers",
+    streamed: bool = False,
 ) -> Upstream:
     """The first pool's answer that can go to the client. ``until`` says when an
     answer counts: until then the client has nothing, and a pool that fails
     meanwhile is failed over like one that refused. A stream's headers come at once
-    and its first event after prefill; an answer sent whole is read to its end."""
+    and its first event after prefill; an answer sent whole is read to its end.
+
+    ``streamed``: the request asked for a stream, whose events must keep coming
+    (``first_byte_timeout``); an answer sent whole comes only once generated, so
+    it gets ``answer_timeout``.
+    """
     gk.budget.deposit()
+    settings = gk.settings
+    read_timeout = settings.first_byte_timeout if streamed else settings.answer_timeout
     pools = [p for p in (gk.pool(name) for name in order) if p is not None]
-    first = gk.pools.first_with_room(pools) or await gk.pools.wait_for_room(pools, gk.settings.queue_timeout)
+    first = gk.pools.first_with_room(pools) or await gk.pools.wait_for_room(pools, settings.queue_timeout)
     if first is None:
         gk.metrics.shed.labels(model=gk.metrics.model_label(model)).inc()
         raise NoCapacity("every pool is at capacity")
@@ -127,7 +135,7 @@ async def send_with_failover(
         if pool is not first and not gk.pools.has_room(pool):
             continue
         prefer = prefer_replica[1] if prefer_replica and prefer_replica[0] == pool.name else None
-        replica = pool.pick_replica(prefer, exclude=tried, kv_cache_full=gk.settings.kv_cache_full)
+        replica = pool.pick_replica(prefer, exclude=tried, kv_cache_full=settings.kv_cache_full)
         if replica is None:
             continue
         if previous is not None:
@@ -138,12 +146,12 @@ async def send_with_failover(
             gk.metrics.failovers.labels(from_pool=previous.name, to_pool=pool.name, reason=last_error[:40]).inc()
         tried.add(replica.url)
         replica.start()
-        send_headers = upstream_headers(headers, pool, strip_authorization=bool(gk.settings.api_keys))
+        send_headers = upstream_headers(headers, pool, strip_authorization=bool(settings.api_keys))
         response = None
         content = None
         try:
             response = await client.origin(replica.url).request(
-                method, target, send_headers, body, gk.settings.connect_timeout, gk.settings.first_byte_timeout)
+                method, target, send_headers, body, settings.connect_timeout, read_timeout)
             if response.status_code not in RETRYABLE_STATUS:
                 content = await _read_until(response, until)
         except (asyncio.CancelledError, UpstreamAborted):  # the client left, or the proxy is stopping

@@ -225,3 +225,32 @@ def test_client_disconnect_cancels_upstream_quickly() -> None:
                     await asyncio.sleep(0.01)
                 return 99.0
         assert asyncio.run(run()) < 1.0
+
+
+def test_a_long_non_streamed_answer_is_waited_for_as_a_direct_client_waits() -> None:
+    """vLLM sends a non-streamed answer whole, once generated: its first byte comes
+    after the whole generation, minutes of it for long reasoning. Timed as a
+    stream's first event, such an answer was cut, generated again on the other
+    pool, cut there too, and answered 504, where a direct client got it."""
+    story = {"model": MODEL, "messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 60,
+             "temperature": 0.7}
+    slow = {"time_scale": 1.0}  # 60 tokens take about a second, twice first_byte_timeout
+    with stack(41, first_byte_timeout=0.5, on_kwargs=slow, off_kwargs=slow) as st:
+        started = time.monotonic()
+        whole = httpx.post(f"{st.proxy.url}/v1/chat/completions", json=story, timeout=60)
+        assert whole.status_code == 200 and time.monotonic() - started > 0.5, whole.text
+        assert whole.json()["choices"][0]["finish_reason"] == "length"
+        # streamed, the same answer's events each come well within first_byte_timeout
+        streamed = httpx.post(f"{st.proxy.url}/v1/chat/completions", json={**story, "stream": True}, timeout=60)
+        assert streamed.status_code == 200 and '"error"' not in streamed.text
+        assert st.metric("draftgate_failovers_total") == 0
+        # a pool that stays silent past first_byte_timeout still loses a stream to the other
+        chosen = streamed.headers["x-draftgate-route"]
+        silent = st.on if chosen == "spec-on" else st.off
+        httpx.post(f"{silent.url}/debug/faults", json={"first_byte_delay": 2.0})
+        moved = httpx.post(f"{st.proxy.url}/v1/chat/completions", json={**story, "stream": True}, timeout=60)
+        assert moved.status_code == 200 and moved.headers["x-draftgate-route"] != chosen
+        assert st.metric("draftgate_failovers_total", reason="timed out before the first byte") == 1
+    with stack(42, first_byte_timeout=0.5, answer_timeout=0.5, on_kwargs=slow, off_kwargs=slow) as st:
+        cut = httpx.post(f"{st.proxy.url}/v1/chat/completions", json=story, timeout=60)
+        assert cut.status_code == 504  # answer_timeout is the bound on a whole answer
