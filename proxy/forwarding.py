@@ -39,6 +39,8 @@ log = logging.getLogger("draftgate.forward")
 HOP_BY_HOP = frozenset({
     b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer", b"trailers",
     b"transfer-encoding", b"upgrade", b"host", b"content-length",
+    # the proxy's server has already answered it (100 Continue) and read the whole body
+    b"expect",
 })
 # the proxy's own server answers with its own date; the upstream's server name is not ours to relay
 NOT_RELAYED = HOP_BY_HOP | {b"date", b"server"}

@@ -65,6 +65,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
+        self.idle = False  # in the pool between exchanges: nothing may arrive then
         self._reset()
 
     def _reset(self) -> None:
@@ -77,12 +78,18 @@ class _Connection(asyncio.Protocol):
         self.received_any = False
         self.paused = False
         self.keep_alive = False
+        self.interim = False  # the message being parsed is a 1xx, to be skipped
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        if self.idle:
+            # Bytes no request asked for: whatever sent them, the next response read here
+            # could be the answer to someone else's request.
+            self.close()
+            return
         self.received_any = True
         try:
             self.parser.feed_data(data)
@@ -101,6 +108,13 @@ class _Connection(asyncio.Protocol):
         self.header_items.append((name, value))
 
     def on_headers_complete(self) -> None:
+        if 100 <= self.parser.get_status_code() < 200:
+            # An interim response (100 Continue, 103 Early Hints): the real one follows
+            # on the same connection. Taken as the answer, it would leave that one to be
+            # read as the answer to the connection's next request.
+            self.interim = True
+            self.header_items = []
+            return
         # read it now: once the message is complete the parser has reset and says False
         self.keep_alive = self.parser.should_keep_alive()
         if not self.headers_ready.done():
@@ -114,6 +128,9 @@ class _Connection(asyncio.Protocol):
             self.transport.pause_reading()
 
     def on_message_complete(self) -> None:
+        if self.interim:
+            self.interim = False
+            return
         self.complete = True
         self.chunks.append(None)
         self._wake()
@@ -258,6 +275,7 @@ class Origin:
         if len(self.idle) >= self.max_idle:
             conn.close()
         else:
+            conn.idle = True
             self.idle.append(conn)
 
     async def _connect(self, timeout: float) -> _Connection:
@@ -297,6 +315,7 @@ class Origin:
 
     async def _exchange(self, conn: _Connection, payload: bytes, read_timeout: float) -> UpstreamResponse:
         assert conn.transport is not None
+        conn.idle = False
         self.busy.add(conn)  # until the response is closed
         try:
             conn.transport.write(payload)

@@ -117,6 +117,23 @@ def test_request_body_reaches_the_backend_byte_for_byte(s: Stack) -> None:
     assert "connection" not in seen["headers"]  # hop-by-hop: the client's keep-alive stays with the client
 
 
+def test_a_client_expecting_100_continue_gets_its_own_answers(s: Stack) -> None:
+    """curl sends ``Expect: 100-continue`` with a large body, as do .NET and some Java
+    clients. The proxy's server answers it; passed on, the pool answered it again,
+    and its 100 was taken for the answer. The real answer then waited on the pooled
+    connection, to be read as the answer to the next request sent over it."""
+    expect = {"expect": "100-continue"}
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "x" * 3000}], "max_tokens": 3}
+    with httpx.Client(base_url=s.proxy.url, timeout=30) as client:
+        for _ in range(3):  # over the same pooled upstream connections
+            answer = client.post("/v1/chat/completions", json=chat, headers=expect)
+            assert answer.status_code == 200 and answer.json()["object"] == "chat.completion", answer.text
+            tokens = client.post("/tokenize", json={"model": MODEL, "prompt": "y" * 3000}, headers=expect)
+            assert tokens.status_code == 200 and "tokens" in tokens.json(), tokens.text
+    for backend in (s.on, s.off):
+        assert all("expect" not in seen["headers"] for seen in httpx.get(f"{backend.url}/debug/requests").json())
+
+
 def test_agent_conversation_stays_on_one_pool(s: Stack) -> None:
     # a long agent context (~16k tokens): re-prefilling it costs more than prose speculation loses
     messages: list[dict[str, Any]] = [{"role": "system", "content": "You are an agent. " * 3600},

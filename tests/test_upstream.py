@@ -87,3 +87,70 @@ def test_abort_ends_every_exchange_under_way_without_a_retry() -> None:
         # the emulator saw both requests go (vLLM aborts a request whose connection closes)
         assert wait_until(lambda: metric_value(httpx.get(f"{server.url}/metrics").text,
                                                "vllm:num_requests_running") == 0, 5)
+
+
+async def _raw_server(replies: list[bytes]) -> tuple[asyncio.base_events.Server, str]:
+    """A server on loopback that answers each request on a connection with the next of
+    ``replies``, bytes as given: HTTP that no well-behaved framework would write."""
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for reply in replies:
+            if not await reader.readuntil(b"\r\n\r\n"):
+                break
+            writer.write(reply)
+            await writer.drain()
+        await reader.read()  # hold the connection until the client closes it
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
+def test_an_interim_response_is_skipped_and_the_real_one_read() -> None:
+    """A 100 Continue or 103 Early Hints comes before the answer on the same connection.
+    Taken for the answer, it left the real one to be read as the answer to the
+    connection's next request: one client's completion handed to another."""
+    async def run() -> None:
+        server, url = await _raw_server([
+            b"HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\nHTTP/1.1 100 Continue\r\n\r\n"
+            b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nx-answer: first\r\n\r\nfirst",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nsecond",
+        ])
+        origin = Origin(url)
+        for expected in (b"first", b"second"):
+            response = await origin.request("GET", "/", [], b"", 5, 5)
+            assert (response.status_code, await response.aread()) == (200, expected)
+            assert response.headers.get("link") is None  # the interim response's headers are not the answer's
+            await response.aclose()
+        origin.close()
+        server.close()
+
+    asyncio.run(run())
+
+
+def test_a_pooled_connection_that_receives_unasked_bytes_is_not_reused() -> None:
+    async def run() -> None:
+        # a second response nobody asked for follows the first
+        server, url = await _raw_server([b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
+                                         b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nstale"])
+        origin = Origin(url)
+        response = await origin.request("GET", "/", [], b"", 5, 5)
+        assert await response.aread() == b"ok"
+        await response.aclose()
+        (pooled,) = origin.idle
+        pooled.transport.write(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")  # makes the server send the stray one
+        assert await _until(lambda: pooled.closed)
+        again = await origin.request("GET", "/", [], b"", 5, 5)
+        assert again._conn is not pooled and await again.aread() == b"ok"
+        await again.aclose()
+        origin.close()
+        server.close()
+
+    asyncio.run(run())
+
+
+async def _until(condition, seconds: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
+    for _ in range(int(seconds / 0.01)):
+        if condition():
+            return True
+        await asyncio.sleep(0.01)
+    return condition()
