@@ -10,8 +10,8 @@ streamed and not) runs the whole time. Every ``period`` seconds one replica
 gets the next fault (a 503 or 502 for some answers, a connection cut halfway
 through an answer, a stream dropped before its first event or after a few, a
 first byte too slow, a failing health check, refused connections, a full KV
-cache, or SIGKILL and a restart on the same port), which is lifted when the
-next one starts.
+cache, SIGKILL and a restart on the same port, or a configuration reload
+without it and then with it again), which is lifted when the next one starts.
 
 Every answer is judged as a client would judge it: a 200 with a whole body or
 a stream ending in ``[DONE]``. One exception is allowed, as the proxy cannot do
@@ -30,10 +30,12 @@ import argparse
 import asyncio
 import json
 import random
+import signal
 import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,8 +49,10 @@ from lab.servers import ServerProcess, free_port, wait_healthy
 MODEL = "Qwen/Qwen3-32B"
 SPECULATIVE = ["--speculative-config", '{"method": "draft_model", "num_speculative_tokens": 8}',
                "--per-request-spec-decode-metrics", "summary"]
-# (name, fault settings); None is SIGKILL and a restart, not a setting
-FAULTS: list[tuple[str, dict[str, Any] | None]] = [
+# (name, what): the emulator's fault settings, or KILL (SIGKILL, then a restart), or
+# RELOAD (a configuration without the replica, loaded with SIGHUP, then the whole one again)
+KILL, RELOAD = "kill", "reload"
+FAULTS: list[tuple[str, dict[str, Any] | str]] = [
     ("none", {}),
     ("503 for half the answers", {"error_status": 503, "error_rate": 0.5}),
     ("502 for every answer", {"error_status": 502}),
@@ -59,7 +63,8 @@ FAULTS: list[tuple[str, dict[str, Any] | None]] = [
     ("health check 503", {"health_503": True}),
     ("connections refused", {"refuse_connections": True}),  # for good: the replica restarts after
     ("KV cache full", {"kv_usage": 0.99}),
-    ("SIGKILL, restarted", None),
+    ("SIGKILL, restarted", KILL),
+    ("reloaded without it, then with it", RELOAD),
 ]
 CLEAR = {"error_status": None, "error_rate": 1.0, "cut_answer_short": False, "die_before_first_event": False,
          "die_after_tokens": None, "first_byte_delay": 0.0, "health_503": False, "refuse_connections": False,
@@ -162,25 +167,30 @@ class Replica:
 
 
 async def inject(replicas: list[Replica], period: float, seconds: float, rng: random.Random,
-                 current: list[str]) -> None:
-    """Cycle through FAULTS, one replica at a time, until ``seconds`` have passed."""
+                 current: list[str], reload_without: Callable[[Replica | None], None]) -> None:
+    """Cycle through FAULTS, one replica at a time, until ``seconds`` have passed.
+    ``reload_without(replica)`` makes the proxy reload its configuration without it."""
     if not replicas:
         return
     deadline = time.monotonic() + seconds
     async with httpx.AsyncClient() as client:
         step = 0
         while time.monotonic() < deadline:
-            name, faults = FAULTS[step % len(FAULTS)]
+            name, fault = FAULTS[step % len(FAULTS)]
             replica = rng.choice(replicas)
             current[0] = f"{name}" if name == "none" else f"{name} ({replica.pool})"
-            if faults is None:
+            if fault == KILL:
                 replica.kill()
+            elif fault == RELOAD:
+                reload_without(replica)
             else:
-                await replica.set_faults(client, faults)
+                await replica.set_faults(client, fault)
             await asyncio.sleep(min(period, max(0.0, deadline - time.monotonic())))
-            if faults is None or faults.get("refuse_connections"):  # only a restart lifts a refusal
-                replica.kill()
+            if fault == KILL or (isinstance(fault, dict) and fault.get("refuse_connections")):
+                replica.kill()  # only a restart lifts a refusal
                 await asyncio.to_thread(replica.start)
+            elif fault == RELOAD:
+                reload_without(None)
             else:
                 await replica.set_faults(client, {})
             step += 1
@@ -188,13 +198,13 @@ async def inject(replicas: list[Replica], period: float, seconds: float, rng: ra
 
 
 async def drive(proxy_url: str, rate: float, seconds: float, period: float, replicas: list[Replica],
-                seed: int) -> Outcomes:
+                seed: int, reload_without: Callable[[Replica | None], None] = lambda _: None) -> Outcomes:
     rng = random.Random(seed)
     outcomes = Outcomes()
     current = ["none"]
     limits = httpx.Limits(max_connections=512, max_keepalive_connections=128)
     async with httpx.AsyncClient(base_url=proxy_url, timeout=30, limits=limits) as client:
-        injector = asyncio.create_task(inject(replicas, period, seconds, rng, current))
+        injector = asyncio.create_task(inject(replicas, period, seconds, rng, current, reload_without))
         pending: set[asyncio.Task[None]] = set()
 
         async def one(path: str, body: dict[str, Any]) -> None:
@@ -237,9 +247,9 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def proxy_config(replicas: list[Replica]) -> dict[str, Any]:
+def proxy_config(replicas: list[Replica], without: Replica | None = None) -> dict[str, Any]:
     def urls(pool: str) -> list[str]:
-        return [r.url for r in replicas if r.pool == pool]
+        return [r.url for r in replicas if r.pool == pool and r is not without]
     return {
         "pools": [{"name": "spec-on", "urls": urls("spec-on"), "speculation": {"gamma": 8}, "max_num_seqs": 64},
                   {"name": "spec-off", "urls": urls("spec-off"), "max_num_seqs": 64}],
@@ -276,7 +286,13 @@ def run(seconds: float, rate: float, period: float, seed: int) -> int:
                     wait_healthy(replica.url)
                 warm_up = asyncio.run(drive(proxy.url, rate, min(5.0, seconds), period, [], seed + 1))  # no faults
                 rss_before = rss_mib(proxy.process.pid)
-                outcomes = asyncio.run(drive(proxy.url, rate, seconds, period, replicas, seed))
+                process = proxy.process
+
+                def reload_without(replica: Replica | None) -> None:
+                    config.write_text(yaml.safe_dump(proxy_config(replicas, without=replica)))
+                    process.send_signal(signal.SIGHUP)
+
+                outcomes = asyncio.run(drive(proxy.url, rate, seconds, period, replicas, seed, reload_without))
                 time.sleep(1.0)  # the last recordings run after their answers
                 metrics = httpx.get(f"{proxy.url}/metrics").text
                 rss_after = rss_mib(proxy.process.pid)
