@@ -256,7 +256,7 @@ class Proxy:
         serving = self.catalog.pools_serving(named.get("model") if isinstance(named, dict) else None)
         try:
             upstream = await send_with_failover(self.gk, self.upstream, request.method,
-                                                _target(request, request.url.path), request.scope["headers"], raw,
+                                                _target(request, _raw_path(request)), request.scope["headers"], raw,
                                                 self.gk.plain_first(serving), None, None,
                                                 streamed=isinstance(named, dict) and named.get("stream") is True)
         except NoCapacity:
@@ -349,6 +349,13 @@ def _request_id(headers: list[tuple[bytes, bytes]]) -> str | None:
         if name == b"x-request-id":  # ASGI servers lower-case header names
             return value[:128].decode("latin-1")
     return None
+
+
+def _raw_path(request: Request) -> str:
+    """The path as the client wrote it: request.url.path is decoded, and %2F read as /
+    is another path."""
+    raw = request.scope.get("raw_path")
+    return raw.decode("latin-1") if raw else request.url.path
 
 
 def _target(request: Request, path: str) -> str:

@@ -11,8 +11,14 @@ from typing import Any
 
 import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
-from tests.proxy_harness import Stack, metric_value, stack, wait_until
+from lab.servers import ServerThread
+from proxy.app import create_app
+from tests.proxy_harness import Stack, metric_value, proxy_server, proxy_settings, stack, wait_until
 
 MODEL = "Qwen/Qwen3-32B"
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -309,6 +315,22 @@ def test_models_health_ready_metrics(s: Stack) -> None:
 def test_passthrough_of_other_v1_routes(s: Stack) -> None:
     r = httpx.get(f"{s.proxy.url}/v1/unknown-route")
     assert r.status_code == 404 and r.headers["x-draftgate-route"] == "spec-off"
+
+
+def test_a_passed_through_path_keeps_its_percent_encoding() -> None:
+    """/v1/responses/a%2Fb and /v1/responses/a/b are different paths: decoded on the
+    way through, the first became the second."""
+    seen: list[bytes] = []
+
+    async def pool(request: Request) -> JSONResponse:
+        seen.append(request.scope["raw_path"])
+        return JSONResponse({"object": "list", "data": [{"id": MODEL}]} if request.url.path == "/v1/models" else {})
+
+    recording = Starlette(routes=[Route("/{path:path}", pool, methods=["GET", "POST"])])
+    with ServerThread(recording) as upstream, proxy_server(create_app(proxy_settings(upstream.url, upstream.url))) as proxy:
+        for path in ("/v1/responses/resp%2F1", "/v1/files/a%20b/content", "/v1/responses/resp_2?x=%2F"):
+            assert httpx.get(f"{proxy.url}{path}").status_code == 200
+            assert seen[-1] == path.split("?")[0].encode(), (path, seen[-1])
 
 
 def test_vllm_routes_outside_v1_pass_through(s: Stack) -> None:
