@@ -36,6 +36,7 @@ from proxy.forwarding import (
     count_failed_answer,
     downstream_headers,
     send_with_failover,
+    upstream_target,
 )
 from proxy.gatekeeper import Gatekeeper, Plan
 from proxy.hot_routes import HotRoutes
@@ -130,7 +131,7 @@ class Proxy:
         prefer = (plan.affinity.placement.pool, plan.affinity.placement.replica) if plan.affinity else None
         streamed = plan.body.get("stream") is True
         try:
-            upstream = await send_with_failover(gk, self.upstream, "POST", _target(request, path),
+            upstream = await send_with_failover(gk, self.upstream, "POST", upstream_target(request.scope, path),
                                                 request.scope["headers"], raw, plan.order, prefer, plan.model,
                                                 until="first_event" if streamed else "end", streamed=streamed)
         except NoCapacity:
@@ -256,7 +257,7 @@ class Proxy:
         serving = self.catalog.pools_serving(named.get("model") if isinstance(named, dict) else None)
         try:
             upstream = await send_with_failover(self.gk, self.upstream, request.method,
-                                                _target(request, _raw_path(request)), request.scope["headers"], raw,
+                                                upstream_target(request.scope), request.scope["headers"], raw,
                                                 self.gk.plain_first(serving), None, None,
                                                 streamed=isinstance(named, dict) and named.get("stream") is True)
         except NoCapacity:
@@ -349,18 +350,6 @@ def _request_id(headers: list[tuple[bytes, bytes]]) -> str | None:
         if name == b"x-request-id":  # ASGI servers lower-case header names
             return value[:128].decode("latin-1")
     return None
-
-
-def _raw_path(request: Request) -> str:
-    """The path as the client wrote it: request.url.path is decoded, and %2F read as /
-    is another path."""
-    raw = request.scope.get("raw_path")
-    return raw.decode("latin-1") if raw else request.url.path
-
-
-def _target(request: Request, path: str) -> str:
-    query = request.scope.get("query_string", b"")  # not request.url: it parses the whole URL
-    return f"{path}?{query.decode('latin-1')}" if query else path
 
 
 def create_app(settings: ProxySettings,

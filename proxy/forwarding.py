@@ -21,6 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from starlette.types import Scope
+
 from proxy.gatekeeper import Gatekeeper
 from proxy.pools import Pool, Replica
 from proxy.upstream import (
@@ -89,6 +91,16 @@ def upstream_headers(incoming: Iterable[tuple[bytes, bytes]], pool: Pool,
     if pool.config.api_key is not None:
         headers.append((b"authorization", f"Bearer {pool.config.api_key.get_secret_value()}".encode("latin-1")))
     return headers
+
+
+def upstream_target(scope: Scope, path: str | None = None) -> str:
+    """The request target sent upstream: ``path``, or else the client's path as it wrote
+    it (the decoded one reads %2F as /, another path), and the query string untouched."""
+    if path is None:
+        raw = scope.get("raw_path")
+        path = raw.decode("latin-1") if raw else scope["path"]
+    query = scope.get("query_string", b"")  # not request.url: it parses the whole URL
+    return f"{path}?{query.decode('latin-1')}" if query else path
 
 
 def downstream_headers(upstream: Headers) -> list[tuple[bytes, bytes]]:
