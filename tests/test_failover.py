@@ -21,6 +21,7 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters":
     "required": ["city", "unit"]}}}
 USER = [{"role": "user", "content": "What is the weather in Paris?"}]
 
+
 def test_failover_when_a_pool_is_down() -> None:
     # health checks slow enough that requests, not the checker, find the dead pool first
     with stack(4, health_interval=30.0) as st:
