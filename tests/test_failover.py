@@ -212,7 +212,8 @@ def test_client_disconnect_cancels_upstream_quickly() -> None:
     with stack(8, on_kwargs={"time_scale": 0.2}, off_kwargs={"time_scale": 0.2}) as st:
         async def run() -> float:
             async with httpx.AsyncClient(timeout=30) as h:
-                body = {"model": MODEL, "messages": USER, "stream": True, "reasoning_effort": "high", "temperature": 0.7}
+                body = {"model": MODEL, "messages": USER, "stream": True, "reasoning_effort": "high",
+                        "temperature": 0.7}
                 async with h.stream("POST", f"{st.proxy.url}/v1/chat/completions", json=body) as r:
                     route = r.headers["x-draftgate-route"]
                     async for _ in r.aiter_lines():
