@@ -302,9 +302,14 @@ class Proxy:
         return JSONResponse({"status": "ok"})
 
     async def ready(self, request: Request) -> Response:
-        healthy = {p.name: len(p.healthy_replicas()) for p in self.gk.pools}
+        # Health checks decide, not ejections: a proxy whose pools all fail their answers
+        # still forwards, and its clients are better served by those answers than by a
+        # Service that has dropped every proxy for being unready.
+        healthy = {p.name: sum(r.healthy for r in p.replicas.values()) for p in self.gk.pools}
+        ejected = {p.name: sum(r.healthy and not r.in_rotation for r in p.replicas.values()) for p in self.gk.pools}
         status = 200 if any(healthy.values()) else 503
-        return JSONResponse({"ready": status == 200, "healthy_replicas": healthy}, status_code=status)
+        return JSONResponse({"ready": status == 200, "healthy_replicas": healthy, "ejected_replicas": ejected},
+                            status_code=status)
 
     async def metrics(self, request: Request) -> Response:
         self.recorder.refresh_gauges()

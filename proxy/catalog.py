@@ -81,7 +81,7 @@ class ModelCatalog:
             data = response.json().get("data", []) if response.status_code == 200 else []
             return [m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
 
-        asked = [(pool.name, r.url) for pool in self.pools for r in pool.healthy_replicas()[:1]]
+        asked = [(pool.name, r.url) for pool in self.pools for r in pool.replicas_in_rotation()[:1]]
         results = await asyncio.gather(*(fetch(url) for _, url in asked), return_exceptions=True)
         merged: dict[str, dict[str, Any]] = {}
         served_by: dict[str, set[str]] = {}

@@ -110,8 +110,8 @@ class Pool:
     def speculative(self) -> bool:
         return self.config.speculation is not None
 
-    def healthy_replicas(self) -> list[Replica]:
-        """The replicas in rotation: healthy and not ejected."""
+    def replicas_in_rotation(self) -> list[Replica]:
+        """Those passing their health checks and not ejected for failing answers."""
         return [r for r in self.replicas.values() if r.in_rotation]
 
     @property
@@ -120,11 +120,11 @@ class Pool:
 
     def capacity(self) -> int:
         """Requests this proxy may have in flight here before it queues or sheds."""
-        replicas = max(1, len(self.healthy_replicas()))
+        replicas = max(1, len(self.replicas_in_rotation()))
         return replicas * self.config.max_num_seqs
 
     def view(self) -> PoolView:
-        healthy = self.healthy_replicas()
+        healthy = self.replicas_in_rotation()
         capacity = max(1, len(healthy)) * self.config.max_num_seqs
         running = sum(r.load for r in healthy) if healthy else float(self.inflight)
         scraped_waiting = sum(r.queued for r in healthy)
@@ -148,7 +148,7 @@ class Pool:
         """The replica holding the prefix unless it is queueing or its KV cache is full,
         else the least loaded of those with room in their KV cache (of all, if none has)."""
         exclude = exclude or set()
-        candidates = [r for r in self.healthy_replicas() if r.url not in exclude]
+        candidates = [r for r in self.replicas_in_rotation() if r.url not in exclude]
         if not candidates:
             candidates = [r for r in self.replicas.values() if r.url not in exclude]
         if len(candidates) <= 1:
@@ -178,7 +178,7 @@ class PoolSet:
         return [p.view() for p in self.pools.values()]
 
     def has_room(self, pool: Pool) -> bool:
-        replicas = max(1, len(pool.healthy_replicas()))
+        replicas = max(1, len(pool.replicas_in_rotation()))
         return pool.inflight < pool.capacity() + self.queue_depth * replicas
 
     def first_with_room(self, order: list[Pool]) -> Pool | None:

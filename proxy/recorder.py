@@ -223,7 +223,7 @@ class Recorder:
     def refresh_gauges(self) -> None:
         gk, m = self.gk, self.gk.metrics
         for pool in gk.pools:
-            m.pool_healthy.labels(pool=pool.name).set(len(pool.healthy_replicas()))
+            m.pool_healthy.labels(pool=pool.name).set(len(pool.replicas_in_rotation()))
             m.pool_inflight.labels(pool=pool.name).set(pool.inflight)
         m.affinity_entries.set(len(gk.affinity))
         m.learner_shapes.set(len(gk.learner))

@@ -69,7 +69,9 @@ def test_a_replica_failing_every_answer_leaves_rotation_though_its_health_checks
         assert {a.headers["x-draftgate-route"] for a in answers} == {"spec-off"}
         assert st.metric("draftgate_failovers_total") == 3  # then the gate saw the pool out of rotation
         assert st.metric("draftgate_replica_ejections_total", pool="spec-on") == 1
-        assert httpx.get(f"{st.proxy.url}/ready").json()["healthy_replicas"]["spec-on"] == 0
+        ready = httpx.get(f"{st.proxy.url}/ready")  # health checks decide readiness, not ejections
+        assert ready.status_code == 200 and ready.json()["ejected_replicas"] == {"spec-on": 1, "spec-off": 0}
+        assert st.metric("draftgate_pool_healthy_replicas", pool="spec-on") == 0  # out of rotation
         assert httpx.get(f"{st.on.url}/health").status_code == 200
         httpx.post(f"{st.on.url}/debug/faults", json={"error_status": None})
         # the ejection ends by itself; the replica is back and serves its share again

@@ -47,7 +47,7 @@ def test_answers_failing_in_a_row_eject_a_replica_for_a_doubling_while() -> None
     assert not a.in_rotation and a.healthy  # its health checks pass; it is out all the same
     # answers already on their way when it left, failing too, do not eject it again
     assert all(a.answer_failed(limit=5, ejection_seconds=5.0) is None for _ in range(20))
-    assert [r.url for r in pool.healthy_replicas()] == ["http://b:8000", "http://c:8000"]
+    assert [r.url for r in pool.replicas_in_rotation()] == ["http://b:8000", "http://c:8000"]
     assert pool.pick_replica().url != "http://a:8000"
     a.ejected_until = 1.0  # the ejection over, without a good answer since: the next one is longer
     assert a.in_rotation
