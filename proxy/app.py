@@ -107,7 +107,8 @@ class Proxy:
         self.gk.metrics.decisions.labels(model=self.gk.metrics.model_label(plan.model), route=plan.decision.route,
                                          reason=self.gk.decision_reason(plan)).inc()
         overhead = time.perf_counter() - started
-        observation = Observation(request_id=_request_id(request.scope["headers"]))
+        request_id = request.headers.get("x-request-id")  # headers already parsed by read_json
+        observation = Observation(request_id=request_id[:128] if request_id else None)
         try:
             # until a stream's first event the client has nothing either: it may leave meanwhile
             async with cancelled_if_client_leaves(request.receive):
@@ -348,13 +349,6 @@ class Proxy:
 
 def _raw(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
     return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
-
-
-def _request_id(headers: list[tuple[bytes, bytes]]) -> str | None:
-    for name, value in headers:
-        if name == b"x-request-id":  # ASGI servers lower-case header names
-            return value[:128].decode("latin-1")
-    return None
 
 
 def create_app(settings: ProxySettings,
