@@ -44,6 +44,18 @@ def test_promtool_accepts_the_alert_rules() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool comes with: apt-get install prometheus")
+def test_every_alert_fires_on_its_symptom_and_only_there() -> None:
+    """An expression can parse and evaluate and still never fire: a ratio of a
+    labelled sum to an unlabelled one matched nothing until this test ran it."""
+    tests = ALERTS.with_name("alerts_test.yml")
+    proc = subprocess.run(["promtool", "test", "rules", str(tests)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    tested = {case["alertname"] for group in yaml.safe_load(tests.read_text())["tests"]
+              for case in group["alert_rule_test"]}
+    assert tested == {rule["alert"] for rule in yaml.safe_load(ALERTS.read_text())["groups"][0]["rules"]}
+
+
 @needs_prometheus
 def test_every_expression_evaluates_against_real_prometheus(tmp_path: Path) -> None:
     with stack(31, exploration_share=0.3, price_per_gpu_hour=3.0, scrape_interval=0.5) as st:
