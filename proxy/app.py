@@ -42,9 +42,11 @@ from proxy.gatekeeper import Gatekeeper, Plan
 from proxy.hot_routes import HotRoutes
 from proxy.monitor import Monitor
 from proxy.observe import Observation, parse_json
+from proxy.pools import Pool, Replica
 from proxy.recorder import Recorder
 from proxy.request_body import BadRequest, read_body, read_json, validate
 from proxy.shutdown import Shutdown, shutting_down_error, shutting_down_event
+from proxy.stored_responses import CREATE_PATH, SNIFF_BYTES, ResponseHolders, continued_response_id, stored_response_id
 from proxy.relay import RelayedBody, client_wants_usage, relay_events
 from proxy.upstream import UpstreamAborted, UpstreamClient, UpstreamError
 
@@ -71,6 +73,7 @@ class Proxy:
         self.monitor = Monitor(self.gk.pools, self.client, lambda: self.gk.settings, on_scrape=self.recorder.on_scrape,
                                on_replicas_changed=self.forget_gone_replicas)
         self.catalog = ModelCatalog(self.gk.pools, self.client)
+        self.holders = ResponseHolders(settings.response_holders_capacity)
         self.shutdown = Shutdown(self.upstream)
         self.warn_about_attribution(settings)
 
@@ -255,12 +258,15 @@ class Proxy:
         except BadRequest as exc:
             return exc.response()
         named = parse_json(raw) if raw else None
-        serving = self.catalog.pools_serving(named.get("model") if isinstance(named, dict) else None)
+        order = self.gk.plain_first(self.catalog.pools_serving(named.get("model") if isinstance(named, dict) else None))
         try:
+            holder = await self._holder_of_stored_response(request, named, order)
             upstream = await send_with_failover(self.gk, self.upstream, request.method,
                                                 upstream_target(request.scope), request.scope["headers"], raw,
-                                                self.gk.plain_first(serving), None, None,
-                                                streamed=isinstance(named, dict) and named.get("stream") is True)
+                                                [holder[0].name] if holder else order,
+                                                (holder[0].name, holder[1].url) if holder else None, None,
+                                                streamed=isinstance(named, dict) and named.get("stream") is True,
+                                                pinned=holder is not None)
         except NoCapacity:
             return openai_error(503, "all pools are at capacity; retry shortly", headers={"retry-after": "1"})
         except UpstreamUnavailable as exc:
@@ -268,9 +274,19 @@ class Proxy:
         except UpstreamAborted:
             return shutting_down_error()
 
+        # a new stored response: whoever made it is the only one who can say more of it
+        sniffing = (request.method == "POST" and request.scope["path"] == CREATE_PATH
+                    and upstream.response.status_code == 200)
+
         async def body() -> AsyncIterator[bytes]:
+            nonlocal sniffing
+            head = b""
             try:
                 async for chunk in upstream.response.aiter_raw():
+                    if sniffing:
+                        head += chunk
+                        sniffing = not self.holders.remember_from_answer(
+                            head, upstream.pool.name, upstream.replica.url) and len(head) < SNIFF_BYTES
                     yield chunk
                 upstream.replica.answered()
             except UpstreamError as exc:  # bytes have gone: too late for another pool
@@ -287,6 +303,18 @@ class Proxy:
         relayed.raw_headers = downstream_headers(upstream.response.headers) + _raw(
             {"x-draftgate-route": upstream.pool.name})
         return relayed
+
+    async def _holder_of_stored_response(self, request: Request, named: Any,
+                                         order: list[str]) -> tuple[Pool, Replica] | None:
+        """The replica holding the stored response this request is about or continues from, if any does."""
+        rid = stored_response_id(request.scope["path"]) or continued_response_id(named)
+        if rid is None:
+            return None
+        settings = self.gk.settings
+        # a lookup is as quick to answer as a health check
+        return await self.holders.locate(self.upstream, rid, [p for p in map(self.gk.pool, order) if p is not None],
+                                         request.scope["headers"], bool(settings.api_keys), settings.connect_timeout,
+                                         settings.health_timeout)
 
     async def explain(self, request: Request) -> Response:
         try:

@@ -99,6 +99,9 @@ class ProxySettings(BaseSettings):
     structure_priors: StructurePriors = StructurePriors()
     learner_capacity: int = Field(4096, ge=1)
     affinity_capacity: int = Field(100_000, ge=1)
+    response_holders_capacity: int = Field(
+        50_000, ge=1, description="stored /v1/responses whose replica is remembered; past it, the oldest is "
+                                  "looked up again by asking each replica")
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024,
                                 description="largest request body read, on any route (413 past it)")
     api_keys: list[SecretStr] = Field(default_factory=list, description="accepted client keys; empty: open")

@@ -120,6 +120,7 @@ async def send_with_failover(
     model: str | None,
     until: Until = "headers",
     streamed: bool = False,
+    pinned: bool = False,
 ) -> Upstream:
     """The first pool's answer that can go to the client. ``until`` says when an
     answer counts: until then the client has nothing, and a pool that fails
@@ -129,17 +130,22 @@ async def send_with_failover(
     ``streamed``: the request asked for a stream, whose events must keep coming
     (``first_byte_timeout``); an answer sent whole comes only once generated, so
     it gets ``answer_timeout``.
+
+    ``pinned``: ``prefer_replica`` alone holds state the request needs, so it
+    goes there whatever its load, and nowhere else: its failure is the answer.
     """
     gk.budget.deposit()
     settings = gk.settings
     read_timeout = settings.first_byte_timeout if streamed else settings.answer_timeout
     pools = [p for p in (gk.pool(name) for name in order) if p is not None]
+    if pinned:  # only the holder can answer: any other replica would say it knows nothing of it
+        pools = pools[:1]
     first = gk.pools.first_with_room(pools) or await gk.pools.wait_for_room(pools, settings.queue_timeout)
     if first is None:
         gk.metrics.shed.labels(model=gk.metrics.model_label(model)).inc()
         raise NoCapacity("every pool is at capacity")
     # every pool once, then again for pools with another replica to try
-    candidates = ([first] + [p for p in pools if p is not first]) * 2
+    candidates = [first] if pinned else ([first] + [p for p in pools if p is not first]) * 2
     failovers = 0
     last_error = "no pool could be reached"
     last_status = 502
@@ -149,7 +155,7 @@ async def send_with_failover(
         if pool is not first and not gk.pools.has_room(pool):
             continue
         prefer = prefer_replica[1] if prefer_replica and prefer_replica[0] == pool.name else None
-        replica = pool.pick_replica(prefer, exclude=tried, kv_cache_full=settings.kv_cache_full)
+        replica = pool.pick_replica(prefer, exclude=tried, kv_cache_full=settings.kv_cache_full, pinned=pinned)
         if replica is None:
             continue
         if previous is not None:

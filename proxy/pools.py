@@ -144,10 +144,16 @@ class Pool:
         )
 
     def pick_replica(self, prefer: str | None = None, exclude: set[str] | None = None,
-                     kv_cache_full: float = 1.0) -> Replica | None:
+                     kv_cache_full: float = 1.0, pinned: bool = False) -> Replica | None:
         """The replica holding the prefix unless it is queueing or its KV cache is full,
-        else the least loaded of those with room in their KV cache (of all, if none has)."""
+        else the least loaded of those with room in their KV cache (of all, if none has).
+
+        ``pinned``: ``prefer`` holds state no other replica has (a stored
+        response), so it is the one whatever its load or health says.
+        """
         exclude = exclude or set()
+        if pinned and prefer is not None and prefer not in exclude and prefer in self.replicas:
+            return self.replicas[prefer]
         candidates = [r for r in self.replicas_in_rotation() if r.url not in exclude]
         if not candidates:
             candidates = [r for r in self.replicas.values() if r.url not in exclude]

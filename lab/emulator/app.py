@@ -2,8 +2,8 @@
 
 Importable for in-process tests (``create_app``), and served by
 ``draftgate emulate`` under uvicorn. Routes mirror vLLM's: chat and text
-completions (streamed and not), models, health, metrics, tokenize, version,
-prefix cache reset; plus the debug routes of ``lab/emulator/debug.py``.
+completions (streamed and not), the Responses API (``lab/emulator/responses.py``),
+models, health, metrics, tokenize, version, prefix cache reset; plus the debug routes of ``lab/emulator/debug.py``.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from lab.emulator.debug import debug_routes
 from lab.emulator.faults import CutShort, Faults
 from lab.emulator.metrics import EngineMetrics
 from lab.emulator.profile import EngineProfile
+from lab.emulator.responses import Responses
 from lab.emulator.speculation import position_model
 from lab.emulator.textgen import Generated, OutputToken, generate, request_digest
 from lab.emulator.tokens import block_hashes, render_chat_prompt, token_id, tokenize
@@ -54,6 +55,7 @@ class EmulatorConfig:
     seed: int = 0
     time_scale: float = 1.0
     faults: Faults = field(default_factory=Faults)
+    responses_store: bool = False  # vLLM's VLLM_ENABLE_RESPONSES_API_STORE
 
 
 class _BadRequest(Exception):
@@ -415,6 +417,7 @@ def create_app(config: EmulatorConfig) -> Starlette:
             Route("/tokenize", emulator.tokenize, methods=["POST"]),
             Route("/version", emulator.version, methods=["GET"]),
             Route("/reset_prefix_cache", emulator.reset_prefix_cache, methods=["POST"]),
+            *Responses(emulator, config.responses_store).routes(),
             *debug_routes(emulator),
         ],
         # vLLM's defaults (--allowed-origins, --allowed-methods, --allowed-headers all "*"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 from proxy.cli.errors import CliError
@@ -75,6 +76,8 @@ def build_config(args: argparse.Namespace) -> Any:
         model=args.model, profile=profile, spec=parse_speculative_config(args.speculative_config),
         per_request_metrics=args.per_request_spec_decode_metrics, force_include_usage=args.enable_force_include_usage,
         max_num_seqs=args.max_num_seqs, seed=args.seed, time_scale=args.time_scale, faults=faults,
+        # as vLLM reads it: an environment variable, not a flag
+        responses_store=os.environ.get("VLLM_ENABLE_RESPONSES_API_STORE", "0").lower() in ("1", "true"),
     )
 
 
