@@ -23,6 +23,7 @@ from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from policy.structure import chat_completion, chat_view
 from proxy.auth import bearer_token, token_matches
 from proxy.catalog import ModelCatalog
 from proxy.config import ConfigError, ProxySettings
@@ -38,16 +39,16 @@ from proxy.forwarding import (
     send_with_failover,
     upstream_target,
 )
-from proxy.gatekeeper import Gatekeeper, Plan
+from proxy.gatekeeper import Gatekeeper, Plan, explained_as
 from proxy.hot_routes import HotRoutes
 from proxy.monitor import Monitor
 from proxy.observe import Observation, parse_json
-from proxy.pools import Pool, Replica
+from proxy.passthrough import PassThrough
 from proxy.recorder import Recorder
 from proxy.request_body import BadRequest, read_body, read_json, validate
 from proxy.shutdown import Shutdown, shutting_down_error, shutting_down_event
-from proxy.stored_responses import CREATE_PATH, SNIFF_BYTES, ResponseHolders, continued_response_id, stored_response_id
-from proxy.relay import RelayedBody, client_wants_usage, relay_events
+from proxy.stored_responses import CREATE_PATH, ResponseHolders, continued_response_id
+from proxy.relay import client_wants_usage, relay_events
 from proxy.upstream import UpstreamAborted, UpstreamClient, UpstreamError
 
 log = logging.getLogger("draftgate.proxy")
@@ -74,6 +75,7 @@ class Proxy:
                                on_replicas_changed=self.forget_gone_replicas)
         self.catalog = ModelCatalog(self.gk.pools, self.client)
         self.holders = ResponseHolders(settings.response_holders_capacity)
+        self.pass_through = PassThrough(self.gk, self.upstream, self.catalog, self.holders)
         self.shutdown = Shutdown(self.upstream)
         self.warn_about_attribution(settings)
 
@@ -95,6 +97,10 @@ class Proxy:
     async def completions(self, request: Request) -> Response:
         return await self._gated(request, "completions", "/v1/completions")
 
+    async def responses(self, request: Request) -> Response:
+        """The Responses API, gated as the chat completion it amounts to (``policy.structure.responses_api``)."""
+        return await self._gated(request, "responses", CREATE_PATH)
+
     async def _gated(self, request: Request, endpoint: str, path: str) -> Response:
         started = time.perf_counter()
         try:
@@ -102,7 +108,11 @@ class Proxy:
             raw, body = await read_json(request, self.gk.settings.max_body_bytes)
             validate(body, endpoint)
             await self.catalog.check(body)
-            plan = self._plan(body, endpoint)
+            if endpoint == "responses" and (continued_response_id(body) or body.get("background") is True):
+                # State decides where these go (the holder of the response continued), or
+                # the answer is fetched later, past the proxy's sight: nothing to gate.
+                return await self.pass_through(request, raw, body)
+            plan = self._plan(chat_view(body) if endpoint == "responses" else body, endpoint)
         except BadRequest as exc:
             # no model label: a rejected request's model name is whatever the client typed
             self.gk.metrics.requests.labels(model="", route="none", status=str(exc.status)).inc()
@@ -111,7 +121,8 @@ class Proxy:
                                          reason=self.gk.decision_reason(plan)).inc()
         overhead = time.perf_counter() - started
         request_id = request.headers.get("x-request-id")  # headers already parsed by read_json
-        observation = Observation(request_id=request_id[:128] if request_id else None)
+        observation = Observation(request_id=request_id[:128] if request_id else None,
+                                  reshape=chat_completion if endpoint == "responses" else None)
         try:
             # until a stream's first event the client has nothing either: it may leave meanwhile
             async with cancelled_if_client_leaves(request.receive):
@@ -192,6 +203,8 @@ class Proxy:
     def _finish(self, plan: Plan, upstream: Upstream, observation: Observation, status: int,
                 overhead: float) -> None:
         try:
+            if plan.endpoint == "responses" and observation.response_id is not None:
+                self.holders.remember(observation.response_id, upstream.pool.name, upstream.replica.url)
             # observe before releasing: attribution windows close only when nothing is in flight
             self.recorder.finish(plan, upstream, observation, status, overhead)
         except Exception:  # the answer has gone; only what it would have taught us is lost
@@ -257,64 +270,7 @@ class Proxy:
             raw = await read_body(request, self.gk.settings.max_body_bytes)
         except BadRequest as exc:
             return exc.response()
-        named = parse_json(raw) if raw else None
-        order = self.gk.plain_first(self.catalog.pools_serving(named.get("model") if isinstance(named, dict) else None))
-        try:
-            holder = await self._holder_of_stored_response(request, named, order)
-            upstream = await send_with_failover(self.gk, self.upstream, request.method,
-                                                upstream_target(request.scope), request.scope["headers"], raw,
-                                                [holder[0].name] if holder else order,
-                                                (holder[0].name, holder[1].url) if holder else None, None,
-                                                streamed=isinstance(named, dict) and named.get("stream") is True,
-                                                pinned=holder is not None)
-        except NoCapacity:
-            return openai_error(503, "all pools are at capacity; retry shortly", headers={"retry-after": "1"})
-        except UpstreamUnavailable as exc:
-            return openai_error(exc.status, f"no pool could serve the request: {exc}")
-        except UpstreamAborted:
-            return shutting_down_error()
-
-        # a new stored response: whoever made it is the only one who can say more of it
-        sniffing = (request.method == "POST" and request.scope["path"] == CREATE_PATH
-                    and upstream.response.status_code == 200)
-
-        async def body() -> AsyncIterator[bytes]:
-            nonlocal sniffing
-            head = b""
-            try:
-                async for chunk in upstream.response.aiter_raw():
-                    if sniffing:
-                        head += chunk
-                        sniffing = not self.holders.remember_from_answer(
-                            head, upstream.pool.name, upstream.replica.url) and len(head) < SNIFF_BYTES
-                    yield chunk
-                upstream.replica.answered()
-            except UpstreamError as exc:  # bytes have gone: too late for another pool
-                self.gk.metrics.upstream_errors.labels(pool=upstream.pool.name, kind="mid_body").inc()
-                count_failed_answer(self.gk, upstream.pool, upstream.replica)
-                log.warning("a passed-through answer broke midway; the client's connection is dropped",
-                            extra={"replica": upstream.replica.url, "path": request.url.path, "error": str(exc)})
-                raise
-            finally:
-                await upstream.response.aclose()
-                self.gk.pools.release(upstream.replica)
-
-        relayed = RelayedBody(body(), status_code=upstream.response.status_code)
-        relayed.raw_headers = downstream_headers(upstream.response.headers) + _raw(
-            {"x-draftgate-route": upstream.pool.name})
-        return relayed
-
-    async def _holder_of_stored_response(self, request: Request, named: Any,
-                                         order: list[str]) -> tuple[Pool, Replica] | None:
-        """The replica holding the stored response this request is about or continues from, if any does."""
-        rid = stored_response_id(request.scope["path"]) or continued_response_id(named)
-        if rid is None:
-            return None
-        settings = self.gk.settings
-        # a lookup is as quick to answer as a health check
-        return await self.holders.locate(self.upstream, rid, [p for p in map(self.gk.pool, order) if p is not None],
-                                         request.scope["headers"], bool(settings.api_keys), settings.connect_timeout,
-                                         settings.health_timeout)
+        return await self.pass_through(request, raw, parse_json(raw) if raw else None)
 
     async def explain(self, request: Request) -> Response:
         try:
@@ -322,8 +278,7 @@ class Proxy:
             _, body = await read_json(request, self.gk.settings.max_body_bytes)
             if not isinstance(body, dict):
                 raise BadRequest(400, "request body must be a JSON object")
-            endpoint = "completions" if "prompt" in body and "messages" not in body else "chat"
-            return JSONResponse(self._plan(body, endpoint).explain())
+            return JSONResponse(self._plan(*explained_as(body)).explain())
         except BadRequest as exc:
             return exc.response()
 
@@ -421,7 +376,8 @@ def create_app(settings: ProxySettings,
         return openai_error(500, "internal error in draftgate; the request was not forwarded")
 
     app.state.proxy = proxy
-    gated = HotRoutes(app, {"/v1/chat/completions": proxy.chat, "/v1/completions": proxy.completions})
+    gated = HotRoutes(app, {"/v1/chat/completions": proxy.chat, "/v1/completions": proxy.completions,
+                            CREATE_PATH: proxy.responses})
     return CorsForOwnAnswers(gated, proxy.cors_policy)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from policy.calibration import Calibration, CalibrationError
 from policy.gate import Affinity, Decision, GatePolicy, decide
-from policy.structure import SamplingDefaults, StructureEstimate, StructureLearner, estimate, shape_key
+from policy.structure import SamplingDefaults, StructureEstimate, StructureLearner, chat_view, estimate, shape_key
 from proxy.affinity import AffinityTable, Conversation, Match
 from proxy.budget import RetryBudget
 from proxy.calibration_file import load_calibration
@@ -80,6 +80,16 @@ class Plan:
         }
 
 
+def explained_as(body: dict[str, Any], completions: bool = False) -> tuple[dict[str, Any], str]:
+    """The body the gate reads and the endpoint it is for, told from the body's own
+    fields: a request sent to be explained has no path to tell them."""
+    if completions or ("prompt" in body and "messages" not in body):
+        return body, "completions"
+    if "input" in body and "messages" not in body:
+        return chat_view(body), "responses"
+    return body, "chat"
+
+
 def load_calibration_or_defaults(settings: ProxySettings) -> Calibration:
     if settings.calibration_file is None:
         return Calibration()
@@ -136,7 +146,7 @@ class Gatekeeper:
         """``serving``: the pools that serve the request's model, when not all do."""
         model = body.get("model") if isinstance(body.get("model"), str) else None
         prior = estimate(body, priors=self.settings.structure_priors, defaults=self.sampling_defaults(),
-                         endpoint="chat" if endpoint == "chat" else "completions")
+                         endpoint="completions" if endpoint == "completions" else "chat")
         shape = shape_key(body, model, prior.temperature)
         blended = self.learner.blend(shape, prior)
         conversation = Conversation.of(body)

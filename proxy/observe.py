@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,9 +46,13 @@ class Observation:
     # the X-Request-Id the client (or its load balancer) sent: finds in their logs a
     # request that got no response id (shed, cut, the client gone)
     request_id: str | None = None
+    # the answer's objects as chat completions, for an API that shapes them otherwise (/v1/responses)
+    reshape: Callable[[Any], Any] | None = None
 
     def feed(self, payload: Any) -> None:
         """A parsed SSE chunk or a whole non-streamed body."""
+        if self.reshape is not None:
+            payload = self.reshape(payload)
         if not isinstance(payload, dict):
             return
         if self.response_id is None and isinstance(rid := payload.get("id"), str):

@@ -1,6 +1,7 @@
 """Relay upstream bodies to the client as they arrive.
 
-A gated stream goes event by event: each complete event is forwarded as soon
+A gated stream goes event by event (chat's data-only events, or the Responses
+API's named ones): each complete event is forwarded as soon
 as its terminating blank line is seen; the only event ever removed is the
 usage-only chunk that ``--enable-force-include-usage`` adds for clients that
 did not ask for usage, so the client sees exactly what a direct call would
@@ -28,6 +29,11 @@ def _is_usage_only(payload: Any) -> bool:
     return isinstance(payload, dict) and payload.get("choices") == [] and "usage" in payload
 
 
+# The Responses API names its events; the one that ends a stream holds the whole
+# response, so it alone is read. (Chat streams end with [DONE].)
+_RESPONSE_ENDS = (b"event: response.completed\n", b"event: response.incomplete\n")
+
+
 async def relay_events(chunks: AsyncIterator[bytes], observation: Observation, strip_usage: bool) -> AsyncIterator[bytes]:
     buffer = b""
     async for raw in chunks:
@@ -43,6 +49,9 @@ async def relay_events(chunks: AsyncIterator[bytes], observation: Observation, s
                 if strip_usage and _is_usage_only(payload):
                     continue
             elif event.startswith(b"data: [DONE]"):
+                observation.complete = True
+            elif event.startswith(_RESPONSE_ENDS):
+                observation.feed(parse_json(event.partition(b"\ndata: ")[2]))
                 observation.complete = True
             yield event
     if buffer:

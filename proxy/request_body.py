@@ -70,10 +70,13 @@ async def read_json(request: Request, limit: int) -> tuple[bytes, Any]:
 
 
 def validate(body: Any, endpoint: str) -> None:
-    """What the gate needs of a chat or completions body before it can plan."""
+    """What the gate needs of a chat, completions or responses body before it can plan."""
     if not isinstance(body, dict):
         raise BadRequest(400, "request body must be a JSON object")
-    if endpoint == "chat":
+    if endpoint == "responses":
+        if not isinstance(body.get("input"), (str, list)):
+            raise BadRequest(400, "'input' must be a string or a list of input items", param="input")
+    elif endpoint == "chat":
         messages = body.get("messages")
         if not isinstance(messages, list):
             raise BadRequest(400, "'messages' must be a list of message objects", param="messages")

@@ -7,9 +7,12 @@ memory of the server that made it, and only that server can retrieve it
 (``previous_response_id``); every other replica answers 404. Without the store,
 ``store: true`` is silently dropped, as vLLM drops it.
 
-Output is prose from the emulated engine (tools are not offered here), with
-vLLM's shapes: the response object, the named SSE events of a stream, and
-background mode (queued at once, finished by the engine, cancellable).
+The request is generated as the chat completion it amounts to
+(``policy.structure.responses_api.chat_view``), so tools, JSON formats and
+reasoning shape the output as they do on chat; the answer has vLLM's shapes:
+the response object with message, reasoning and function-call items, the named
+SSE events of a stream, and background mode (queued at once, finished by the
+engine, cancellable).
 """
 
 from __future__ import annotations
@@ -27,36 +30,18 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from lab.emulator import wire
+from policy.structure.responses_api import chat_view
 
 if TYPE_CHECKING:
     from lab.emulator.app import Emulator
     from lab.emulator.engine import Sequence
+    from lab.emulator.textgen import Generated
 
 _TERMINAL = frozenset({"completed", "cancelled", "failed", "incomplete"})
 
 
 def _not_found(response_id: str) -> JSONResponse:
     return wire.error_response(f"Response with id '{response_id}' not found.", 404)
-
-
-def _messages(body: dict[str, Any], history: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The conversation the model sees: the stored history, instructions, then this input."""
-    messages = list(history)
-    if isinstance(body.get("instructions"), str):
-        messages.insert(0, {"role": "system", "content": body["instructions"]})
-    given = body.get("input")
-    if isinstance(given, str):
-        messages.append({"role": "user", "content": given})
-    elif isinstance(given, list):
-        for item in given:
-            if isinstance(item, dict) and isinstance(item.get("role"), str):
-                content = item.get("content")
-                if isinstance(content, list):
-                    content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-                messages.append({"role": item["role"], "content": str(content)})
-            elif isinstance(item, dict) and item.get("type") == "function_call_output":
-                messages.append({"role": "tool", "content": str(item.get("output", ""))})
-    return messages
 
 
 @dataclass(slots=True)
@@ -66,6 +51,7 @@ class _Run:
     response: dict[str, Any]
     messages: list[dict[str, Any]]
     seq: Sequence
+    gen: Generated
     prompt_len: int
 
     @property
@@ -109,12 +95,14 @@ class Responses:
         previous = body.get("previous_response_id")
         if previous is not None and previous not in self.history:
             return _not_found(str(previous))
-        messages = _messages(body, self.history[previous] if previous is not None else [])
-        chat = {"messages": messages, "temperature": body.get("temperature"), "seed": body.get("seed"),
-                "max_tokens": body.get("max_output_tokens")}
-        seqs, _, prompt_len = self.emulator._sequences({k: v for k, v in chat.items() if v is not None}, "chat")
+        chat = chat_view(body)
+        messages = chat["messages"] = (self.history[previous] if previous is not None else []) + chat["messages"]
+        try:
+            seqs, gens, prompt_len = self.emulator._sequences(chat, "chat")
+        except ValueError as exc:
+            return wire.error_response(str(exc), 400)
         rid = request.headers.get("x-request-id") or f"resp_{uuid.uuid4().hex}"
-        run = _Run(self._response(rid, body, "queued" if background else "in_progress"), messages, seqs[0],
+        run = _Run(self._response(rid, body, "queued" if background else "in_progress"), messages, seqs[0], gens[0],
                    prompt_len)
         self.emulator.get_engine().submit(run.seq)
         if store:
@@ -156,7 +144,7 @@ class Responses:
             "instructions": body.get("instructions"), "metadata": body.get("metadata"),
             "model": self.emulator.config.model, "object": "response", "output": [],
             "parallel_tool_calls": body.get("parallel_tool_calls", True), "temperature": body.get("temperature"),
-            "tool_choice": body.get("tool_choice", "auto"), "tools": [], "top_p": body.get("top_p"),
+            "tool_choice": body.get("tool_choice", "auto"), "tools": body.get("tools") or [], "top_p": body.get("top_p"),
             "background": body.get("background") is True, "max_output_tokens": body.get("max_output_tokens"),
             "previous_response_id": body.get("previous_response_id"), "reasoning": body.get("reasoning"),
             "service_tier": "auto", "status": status, "text": body.get("text"), "truncation": "disabled",
@@ -173,18 +161,17 @@ class Responses:
                 break
             if deltas is not None:
                 await deltas.put(run.content(start, end))
-        text = run.content(0, seq.emitted)
-        response["output"] = [{"id": run.item_id, "type": "message", "role": "assistant", "status": "completed",
-                               "content": [{"type": "output_text", "text": text, "annotations": [],
-                                            "logprobs": None}]}]
+        message = wire.chat_message(run.gen, seq.emitted)
+        response["output"] = _output_items(run.item_id, message)
         response["status"] = "incomplete" if seq.finish_reason == "length" else "completed"
         if response["status"] == "incomplete":
             response["incomplete_details"] = {"reason": "max_output_tokens"}
         response["usage"] = {"input_tokens": run.prompt_len, "input_tokens_details": {"cached_tokens": 0},
-                             "output_tokens": seq.emitted, "output_tokens_details": {"reasoning_tokens": 0},
+                             "output_tokens": seq.emitted, "output_tokens_details": {"reasoning_tokens": sum(
+                                 t.channel == "reasoning" for t in seq.output[: seq.emitted])},
                              "total_tokens": run.prompt_len + seq.emitted}
         if response["id"] in self.history:
-            self.history[response["id"]] = run.messages + [{"role": "assistant", "content": text}]
+            self.history[response["id"]] = run.messages + [message]
         self.background.pop(response["id"], None)
 
     async def _events(self, run: _Run) -> AsyncIterator[bytes]:
@@ -200,12 +187,9 @@ class Responses:
 
         yield event("response.created", response=dict(run.response))
         yield event("response.in_progress", response=dict(run.response))
-        yield event("response.output_item.added", output_index=0, item={
-            "id": item, "type": "message", "role": "assistant", "status": "in_progress", "content": []})
-        yield event("response.content_part.added", item_id=item, output_index=0, content_index=0,
-                    part={"type": "output_text", "text": "", "annotations": []})
         deltas: asyncio.Queue[str] = asyncio.Queue()
         finished = asyncio.ensure_future(self._finish(run, deltas))
+        opened = False
         try:
             while not (finished.done() and deltas.empty()):
                 waiting = asyncio.ensure_future(deltas.get())
@@ -214,6 +198,13 @@ class Responses:
                     waiting.cancel()
                     continue
                 if text := waiting.result():
+                    if not opened:  # the message item opens with its first text, as vLLM's does
+                        opened = True
+                        yield event("response.output_item.added", output_index=0, item={
+                            "id": item, "type": "message", "role": "assistant", "status": "in_progress",
+                            "content": []})
+                        yield event("response.content_part.added", item_id=item, output_index=0, content_index=0,
+                                    part={"type": "output_text", "text": "", "annotations": []})
                     yield event("response.output_text.delta", item_id=item, output_index=0, content_index=0,
                                 delta=text, logprobs=[])
             await finished
@@ -221,11 +212,35 @@ class Responses:
             if not finished.done():
                 finished.cancel()
                 self.emulator.get_engine().abort(run.seq)
-        message = run.response["output"][0]
-        part = message["content"][0]
-        yield event("response.output_text.done", item_id=item, output_index=0, content_index=0, text=part["text"],
-                    logprobs=[])
-        yield event("response.content_part.done", item_id=item, output_index=0, content_index=0, part=part)
-        yield event("response.output_item.done", output_index=0, item=message)
+        for index, output in enumerate(run.response["output"]):
+            if output["type"] == "message":
+                part = output["content"][0]
+                yield event("response.output_text.done", item_id=output["id"], output_index=index, content_index=0,
+                            text=part["text"], logprobs=[])
+                yield event("response.content_part.done", item_id=output["id"], output_index=index,
+                            content_index=0, part=part)
+            elif output["type"] == "function_call":
+                yield event("response.output_item.added", output_index=index, item={**output, "arguments": "",
+                                                                                    "status": "in_progress"})
+                yield event("response.function_call_arguments.done", item_id=output["id"], output_index=index,
+                            arguments=output["arguments"])
+            yield event("response.output_item.done", output_index=index, item=output)
         yield event("response.completed" if run.response["status"] == "completed" else "response.incomplete",
                     response=run.response)
+
+
+def _output_items(message_id: str, message: dict[str, Any]) -> list[dict[str, Any]]:
+    """A chat message as Responses output items: reasoning, then the message, then its function calls."""
+    items: list[dict[str, Any]] = []
+    if message.get("reasoning"):
+        items.append({"id": f"rs_{message_id[4:]}", "type": "reasoning", "summary": [],
+                      "content": [{"type": "reasoning_text", "text": message["reasoning"]}], "status": "completed"})
+    if message.get("content") is not None:
+        items.append({"id": message_id, "type": "message", "role": "assistant", "status": "completed",
+                      "content": [{"type": "output_text", "text": message["content"], "annotations": [],
+                                   "logprobs": None}]})
+    for call in message.get("tool_calls") or []:
+        items.append({"id": f"fc_{call['id']}", "type": "function_call", "call_id": call["id"],
+                      "name": call["function"]["name"], "arguments": call["function"]["arguments"],
+                      "status": "completed"})
+    return items

@@ -6,10 +6,11 @@ from policy.structure.estimator import ClassTokens, StructureEstimate, estimate
 from policy.structure.learner import StructureLearner, shape_key
 from policy.structure.measure import ObservedStructure, TextParts, TokenCounter, measure, measure_parts
 from policy.structure.priors import DEFAULT_PRIORS, StructurePriors
+from policy.structure.responses_api import chat_completion, chat_view
 from policy.structure.sampling import QWEN3_DEFAULTS, SamplingDefaults
 
 __all__ = [
     "DEFAULT_PRIORS", "QWEN3_DEFAULTS", "ClassTokens", "ObservedStructure", "SamplingDefaults",
     "StructureEstimate", "StructureLearner", "StructurePriors", "TextParts", "TokenCounter",
-    "estimate", "measure", "measure_parts", "shape_key",
+    "chat_completion", "chat_view", "estimate", "measure", "measure_parts", "shape_key",
 ]

@@ -19,7 +19,7 @@ from proxy.cli.errors import CliError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("request", help="a chat or completions request body (JSON file, or - for stdin)")
+    parser.add_argument("request", help="a chat, completions or responses request body (JSON file, or - for stdin)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--completions", action="store_true", help="the body is a /v1/completions request")
     parser.add_argument("--config", help="the proxy's configuration: its pools, calibration file, policies and "
@@ -71,7 +71,7 @@ _QUICK_START = (["http://spec-on:8000"], ["http://spec-off:8000"])
 
 def run(args: argparse.Namespace) -> int:
     from proxy.config import ConfigError, load_settings, quick_start_pools
-    from proxy.gatekeeper import Gatekeeper
+    from proxy.gatekeeper import Gatekeeper, explained_as
 
     body = read_body(args.request)
     if not isinstance(body, dict):
@@ -85,8 +85,7 @@ def run(args: argparse.Namespace) -> int:
         gate = Gatekeeper(load_settings(args.config, **overrides))
     except ConfigError as exc:
         raise CliError(str(exc)) from None
-    endpoint = "completions" if args.completions or "prompt" in body else "chat"
-    result = gate.plan(body, endpoint).explain()
+    result = gate.plan(*explained_as(body, args.completions)).explain()
     if args.json:
         json.dump(result, sys.stdout)
         sys.stdout.write("\n")
