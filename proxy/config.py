@@ -131,6 +131,11 @@ class ProxySettings(BaseSettings):
         5, ge=0, description="answers in a row that fail (502/503/504, a dropped connection, no first byte in "
                              "time, a stream cut) before a replica leaves rotation though its /health is fine; 0: "
                              "never")
+    eject_failure_share: float = Field(
+        0.5, ge=0.0, le=1.0, description="a replica also leaves rotation when this share of at least "
+                                         "ejection_window answers fail (a replica failing every other answer "
+                                         "never fails eject_after_failed_answers in a row); 0: never")
+    ejection_window: int = Field(20, ge=2, description="answers the failure share is taken over")
     ejection_seconds: float = Field(
         5.0, gt=0, description="how long the first ejection lasts; each further one without a good answer "
                                "between doubles it, up to 60 s")

@@ -206,13 +206,18 @@ async def send_with_failover(
 
 
 def count_failed_answer(gk: Gatekeeper, pool: Pool, replica: Replica) -> None:
-    """Count a failed answer against ``replica``; eject it when that makes enough in a row."""
+    """Count a failed answer against ``replica``; eject it when that makes enough in a row,
+    or too large a share of its recent answers."""
     settings = gk.settings
-    seconds = replica.answer_failed(settings.eject_after_failed_answers, settings.ejection_seconds)
+    in_a_row, limit = replica.failed_answers + 1, settings.eject_after_failed_answers
+    seconds = replica.answer_failed(limit, settings.ejection_seconds, share=settings.eject_failure_share,
+                                    window=settings.ejection_window)
     if seconds is not None:
         gk.metrics.ejections.labels(pool=pool.name).inc()
-        log.warning("replica ejected: its answers failed %d times in a row; back in rotation in %.0f s",
-                    settings.eject_after_failed_answers, seconds, extra={"replica": replica.url})
+        why = (f"{in_a_row} in a row" if limit and in_a_row >= limit else
+               f"{settings.eject_failure_share:.0%} or more of at least the last {settings.ejection_window}")
+        log.warning("replica ejected: its answers failed, %s; back in rotation in %.0f s", why, seconds,
+                    extra={"replica": replica.url})
 
 
 async def _read_until(response: UpstreamResponse, until: Until) -> bytes | None:

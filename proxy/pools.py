@@ -38,6 +38,11 @@ class Replica:
     failed_answers: int = 0
     ejected_until: float = 0.0  # monotonic; 0: never ejected
     ejections: int = 0  # in a row, without a good answer between: each doubles the next
+    # A replica failing every other answer never fails five in a row, yet doubles the
+    # load its requests cost: the share of failures is watched too, over a window
+    # that opens at the first failure after the last one closed.
+    window_answers: int = 0
+    window_failures: int = 0
 
     @property
     def in_rotation(self) -> bool:
@@ -60,10 +65,13 @@ class Replica:
     def answered(self) -> None:
         self.failed_answers = 0
         self.ejections = 0
+        self.window_answers += 1
 
-    def answer_failed(self, limit: int, ejection_seconds: float, cap: float = 60.0) -> float | None:
+    def answer_failed(self, limit: int, ejection_seconds: float, cap: float = 60.0, share: float = 0.0,
+                      window: int = 20) -> float | None:
         """Count an answer that failed; the seconds of ejection when this one makes ``limit``
-        in a row (0: never). Ejection ends by itself: no health check says otherwise.
+        in a row (0: never), or ``share`` of at least the last ``window`` answers (0: never).
+        Ejection ends by itself: no health check says otherwise.
 
         Failures while ejected do not count: they are answers that were already on their
         way, or requests a pool with no replica left in rotation tried here anyway, and
@@ -73,9 +81,14 @@ class Replica:
         if self.ejected_until > now:
             return None
         self.failed_answers += 1
-        if limit <= 0 or self.failed_answers < limit:
+        self.window_answers += 1
+        self.window_failures += 1
+        too_many = share > 0 and self.window_answers >= window and self.window_failures >= share * self.window_answers
+        if self.window_answers >= window:
+            self.window_answers = self.window_failures = 0
+        if not too_many and (limit <= 0 or self.failed_answers < limit):
             return None
-        self.failed_answers = 0
+        self.failed_answers = self.window_answers = self.window_failures = 0
         seconds = min(cap, ejection_seconds * 2 ** min(self.ejections, 8))
         self.ejections += 1
         self.ejected_until = now + seconds

@@ -80,6 +80,25 @@ def test_a_replica_failing_every_answer_leaves_rotation_though_its_health_checks
         assert st.metric("draftgate_failovers_total") == 3
 
 
+def test_a_replica_failing_half_its_answers_leaves_rotation_though_it_never_fails_many_in_a_row() -> None:
+    """Failing every other answer, it would never eject by the in-a-row rule (off here),
+    yet every second request sent its way costs a failover."""
+    tool_call = {"model": MODEL, "messages": USER, "tools": [WEATHER], "tool_choice": "required", "temperature": 0}
+    with stack(40, eject_after_failed_answers=0, eject_failure_share=0.5, ejection_window=6,
+               ejection_seconds=60.0) as st:
+        httpx.post(f"{st.on.url}/debug/faults", json={"error_status": 503, "error_rate": 0.5})
+        answers = []
+        while st.metric("draftgate_replica_ejections_total", pool="spec-on") == 0 and len(answers) < 40:
+            answers.append(httpx.post(f"{st.proxy.url}/v1/chat/completions", json=tool_call))
+        assert [a.status_code for a in answers] == [200] * len(answers)  # failed over, none lost
+        assert st.metric("draftgate_replica_ejections_total", pool="spec-on") == 1
+        assert 0 < st.metric("draftgate_failovers_total") < len(answers)  # some failed, not all
+        failovers = st.metric("draftgate_failovers_total")
+        after = [httpx.post(f"{st.proxy.url}/v1/chat/completions", json=tool_call) for _ in range(6)]
+        assert {a.headers["x-draftgate-route"] for a in after} == {"spec-off"}
+        assert st.metric("draftgate_failovers_total") == failovers  # none sent its way meanwhile
+
+
 def test_a_stream_that_breaks_before_its_first_event_goes_to_another_pool() -> None:
     """A replica that fails during prefill has sent headers and nothing else: the
     client has nothing yet, so the request is failed over, not answered with an error."""

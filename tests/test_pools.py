@@ -62,3 +62,22 @@ def test_answers_failing_in_a_row_eject_a_replica_for_a_doubling_while() -> None
     for r in pool.replicas.values():
         r.ejected_until = 1e18
     assert pool.pick_replica() is not None
+
+
+def test_a_replica_failing_a_large_share_of_its_answers_is_ejected_though_never_many_in_a_row() -> None:
+    a = pool_with().replicas["http://a:8000"]
+    ejected = []
+    for _ in range(10):  # failing every other answer: never five in a row
+        a.answered()
+        ejected.append(a.answer_failed(limit=5, ejection_seconds=5.0, share=0.5, window=6))
+    assert ejected[:2] == [None, None] and ejected[2] == 5.0 and not a.in_rotation
+    b = pool_with().replicas["http://b:8000"]
+    for _ in range(10):  # one failure in three stays under the share
+        b.answered()
+        b.answered()
+        assert b.answer_failed(limit=5, ejection_seconds=5.0, share=0.5, window=6) is None
+    assert b.in_rotation
+    c = pool_with().replicas["http://c:8000"]
+    for _ in range(10):  # share 0: the rule is off
+        c.answered()
+        assert c.answer_failed(limit=5, ejection_seconds=5.0, share=0.0, window=6) is None
