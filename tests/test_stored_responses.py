@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from lab.servers import ServerThread
+from lab.servers import ServerProcess, ServerThread
 from proxy.app import create_app
 from proxy.config import PoolConfig, load_settings
 from proxy.pools import Pool
@@ -128,6 +128,15 @@ def test_a_holder_that_is_down_answers_for_its_response_and_no_other_replica_is_
         # the one replica that had it is gone: a 502 says so, where a 404 from another would mislead
         assert answer.status_code == 502, answer.text
         assert answer.json()["error"]["message"].startswith("no pool could serve the request")
+
+
+def test_draftgate_emulate_stores_responses_when_its_environment_says_so_as_vllm_does(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for flag, status in (("1", 200), ("0", 404)):
+        monkeypatch.setenv("VLLM_ENABLE_RESPONSES_API_STORE", flag)
+        with ServerProcess(["emulate", "--time-scale", "0.02"]) as server:
+            made = httpx.post(f"{server.url}/v1/responses", json={"input": "hi", "max_output_tokens": 5}).json()
+            assert httpx.get(f"{server.url}/v1/responses/{made['id']}").status_code == status
 
 
 # ------------------------------------------------------------------ units
