@@ -20,6 +20,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import quote
 
 from proxy.forwarding import upstream_headers
 from proxy.pools import Pool, Replica
@@ -76,12 +77,15 @@ class ResponseHolders:
         known = self._holders.get(rid)
         if known is None:
             return None
-        for pool in pools:
-            if pool.name == known[0] and known[1] in pool.replicas:
-                self._holders.move_to_end(rid)
-                return pool, pool.replicas[known[1]]
-        del self._holders[rid]  # its replica has gone, and the response with it
-        return None
+        pool = next((p for p in pools if p.name == known[0]), None)
+        if pool is None:
+            return None
+        replica = pool.replicas.get(known[1])
+        if replica is None:
+            del self._holders[rid]  # its replica has left the pool, and the response with it
+            return None
+        self._holders.move_to_end(rid)
+        return pool, replica
 
     async def locate(self, client: UpstreamClient, rid: str, pools: list[Pool], headers: list[tuple[bytes, bytes]],
                      strip_authorization: bool, connect_timeout: float,
@@ -95,7 +99,7 @@ class ResponseHolders:
         known = self.holder(rid, pools)
         if known is not None:
             return known
-        target = f"{CREATE_PATH}/{rid}"
+        target = f"{CREATE_PATH}/{quote(rid, safe='')}"
         ordered = [(p, r) for p in pools for r in p.replicas_in_rotation()]
         listed = {r.url for _, r in ordered}
         ordered += [(p, r) for p in pools for r in p.replicas.values() if r.url not in listed]

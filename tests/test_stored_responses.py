@@ -47,7 +47,8 @@ def replicated() -> Iterator[Replicated]:
             emulator(7, False, responses_store=True, time_scale=0.2) as b:
         settings = load_settings(None, pools=[{"name": "spec-on", "urls": [on.url], "speculation": {"gamma": 8}},
                                               {"name": "spec-off", "urls": [a.url, b.url]}],
-                                 health_interval=0.2, scrape_interval=0.3, log_requests=False)
+                                 health_interval=0.2, scrape_interval=0.3, log_requests=False,
+                                 exploration_share=0.0)  # prose goes to the plain pool, every time
         app = create_app(settings)
         with proxy_server(app) as proxy:
             yield Replicated(proxy, [a, b], app.state.proxy.holders)
@@ -174,5 +175,6 @@ def test_holders_are_bounded_and_forget_replicas_that_left() -> None:
     assert len(holders) == 3
     assert holders.holder("resp_0", [pool]) is None and holders.holder("resp_4", [pool]) is not None
     holders.remember("resp_x", "plain", "http://127.0.0.1:2")  # a replica since removed from the pool
+    assert holders.holder("resp_4", []) is None and len(holders) == 3  # not among these pools: kept
     assert holders.holder("resp_x", [pool]) is None
     assert len(holders) == 2  # resp_x is forgotten: the response went with its replica
