@@ -5,8 +5,8 @@ way the emulator can show, and are killed and restarted.
 
 Two pools (speculation on and off) of two replicas each, every replica its own
 process, and the proxy in front as ``draftgate serve`` runs it. A mixed load
-(tool calls, JSON, prose, thinking, text completions, multi-turn conversations;
-streamed and not) runs the whole time. Every ``period`` seconds one replica
+(tool calls, JSON, prose, thinking, text completions, multi-turn conversations,
+the Responses API; streamed and not) runs the whole time. Every ``period`` seconds one replica
 gets the next fault (a 503 or 502 for some answers, a connection cut halfway
 through an answer, a stream dropped before its first event or after a few, a
 first byte too slow, a failing health check, refused connections, a full KV
@@ -14,7 +14,7 @@ cache, SIGKILL and a restart on the same port, or a configuration reload
 without it and then with it again), which is lifted when the next one starts.
 
 Every answer is judged as a client would judge it: a 200 with a whole body or
-a stream ending in ``[DONE]``. One exception is allowed, as the proxy cannot do
+a stream ending in ``[DONE]`` (the Responses API's: in ``response.completed``). One exception is allowed, as the proxy cannot do
 better: a stream the replica dropped after events had reached the client ends
 with an error event. Anything else is a lost request: the other replica, or the
 other pool, could have served it. At the end the proxy must have counted every
@@ -78,7 +78,7 @@ SCHEMA = {"type": "json_schema", "json_schema": {"name": "answer", "schema": {
 def request_mix(rng: random.Random, turn: int) -> tuple[str, dict[str, Any]]:
     """One request of the agent mix: (path, body)."""
     user = [{"role": "user", "content": f"Weather in city number {rng.randrange(1000)}?"}]
-    kind = rng.randrange(7)
+    kind = rng.randrange(8)
     stream = rng.random() < 0.5
     base: dict[str, Any] = {"model": MODEL, "max_tokens": 48, "stream": stream}
     if kind == 0:
@@ -92,6 +92,10 @@ def request_mix(rng: random.Random, turn: int) -> tuple[str, dict[str, Any]]:
                                         "chat_template_kwargs": {"enable_thinking": True}}
     if kind == 4:
         return "/v1/completions", {**base, "prompt": "Once upon a time"}
+    if kind == 6:  # the Responses API: a tool call or prose
+        tools = {"tools": [{"type": "function", **TOOL["function"]}], "tool_choice": "required"} if turn % 2 else {}
+        return "/v1/responses", {"model": MODEL, "input": user[0]["content"], "max_output_tokens": 48,
+                                 "stream": stream, **tools}
     if kind == 5:  # an agent's conversation, a turn further each time
         history: list[dict[str, Any]] = [{"role": "system", "content": "You are agent 7. " * 40}]
         for t in range(turn % 6):
@@ -111,12 +115,13 @@ class Outcomes:
 async def judge(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> tuple[str, str]:
     """("ok" | "cut after events" | "lost", detail)."""
     try:
+        whole = "output" if path == "/v1/responses" else "choices"
         if not body["stream"]:
             response = await client.post(path, json=body)
             if response.status_code != 200:
                 return "lost", f"{response.status_code} {response.text[:160]}"
             answer = response.json()
-            return ("ok", "") if answer.get("choices") else ("lost", f"200 without choices: {response.text[:160]}")
+            return ("ok", "") if answer.get(whole) else ("lost", f"200 without {whole}: {response.text[:160]}")
         async with client.stream("POST", path, json=body) as response:
             if response.status_code != 200:
                 return "lost", f"{response.status_code} {(await response.aread())[:160]!r}"
@@ -128,10 +133,13 @@ async def judge(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> t
                     done = True
                     continue
                 payload = json.loads(line[6:])
-                if "error" in payload:
+                if payload.get("type") == "error":  # the Responses API's error event
+                    error = payload.get("message", "")
+                elif "error" in payload:
                     error = payload["error"].get("message", "")
                 else:
                     events += 1
+                    done = done or payload.get("type") in ("response.completed", "response.incomplete")
         if error is not None:
             return ("cut after events", error) if events else ("lost", f"error before any event: {error}")
         return ("ok", "") if done else ("lost", f"stream ended without [DONE] after {events} events")

@@ -215,10 +215,12 @@ class Proxy:
     async def _stream(self, plan: Plan, upstream: Upstream, observation: Observation, strip_usage: bool,
                       overhead: float) -> AsyncIterator[bytes]:
         status = 200
+        relayed = 0  # events: a Responses stream numbers them from 0, and an error must come next
         try:
             async for event in relay_events(upstream.response.aiter_raw(), observation, strip_usage):
                 if observation.first_byte_at is None:
                     observation.first_byte_at = time.perf_counter()
+                relayed += 1
                 yield event
             if observation.complete:
                 upstream.replica.answered()
@@ -226,10 +228,11 @@ class Proxy:
             status = 502
             self.gk.metrics.upstream_errors.labels(pool=upstream.pool.name, kind="mid_stream").inc()
             count_failed_answer(self.gk, upstream.pool, upstream.replica)
-            yield stream_error_event(502, f"upstream failed mid-stream: {type(exc).__name__}")
+            yield stream_error_event(502, f"upstream failed mid-stream: {type(exc).__name__}",
+                                     relayed if plan.endpoint == "responses" else None)
         except UpstreamAborted:
             status = 503
-            yield shutting_down_event()
+            yield shutting_down_event(relayed if plan.endpoint == "responses" else None)
         except asyncio.CancelledError:
             status = 499
             raise

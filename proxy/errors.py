@@ -20,7 +20,16 @@ def openai_error(status: int, message: str, *, param: str | None = None, code: s
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-def stream_error_event(status: int, message: str) -> bytes:
-    """An error inside an SSE stream, as vLLM sends it (code is the integer status)."""
+def stream_error_event(status: int, message: str, sequence_number: int | None = None) -> bytes:
+    """An error inside an SSE stream, as vLLM sends it (code is the integer status).
+
+    ``sequence_number``: the stream is the Responses API's, whose events are named
+    and numbered and which has no [DONE]; its error is an ``error`` event, the
+    next in the sequence, which its clients know as they know the others.
+    """
+    if sequence_number is not None:
+        event = {"type": "error", "code": str(status), "message": message, "param": None,
+                 "sequence_number": sequence_number}
+        return b"event: error\ndata: " + json.dumps(event).encode() + b"\n\n"
     payload = {"error": {"message": message, "type": _TYPES.get(status, "error"), "param": None, "code": status}}
     return b"data: " + json.dumps(payload).encode() + b"\n\ndata: [DONE]\n\n"

@@ -50,6 +50,6 @@ def shutting_down_error() -> Response:
                         headers={"retry-after": "1"})
 
 
-def shutting_down_event() -> bytes:
-    """The end of a stream the shutdown cut short, in vLLM's shape."""
-    return stream_error_event(503, f"{SHUTTING_DOWN}: the stream was cut before its end")
+def shutting_down_event(sequence_number: int | None = None) -> bytes:
+    """The end of a stream the shutdown cut short, in vLLM's shape (``stream_error_event``)."""
+    return stream_error_event(503, f"{SHUTTING_DOWN}: the stream was cut before its end", sequence_number)

@@ -78,6 +78,27 @@ def test_json_output_is_gated_and_its_content_measured_as_schema_bound() -> None
         assert st_.metric("draftgate_output_tokens_total", token_class="f") == 0
 
 
+def test_a_refused_response_fails_over_and_a_broken_stream_ends_with_the_apis_error_event() -> None:
+    with stack(10) as st_:
+        httpx.post(f"{st_.on.url}/debug/faults", json={"error_status": 503})
+        answer = httpx.post(f"{st_.proxy.url}/v1/responses", json=TOOL_CALL, timeout=60)
+        assert answer.status_code == 200 and answer.headers["x-draftgate-route"] == "spec-off"
+        assert answer.json()["output"][0]["type"] == "function_call"
+        httpx.post(f"{st_.off.url}/debug/faults", json={"die_after_tokens": 2})
+        cut = httpx.post(f"{st_.proxy.url}/v1/responses", json={**PROSE, "stream": True}, timeout=60)
+        assert cut.status_code == 200 and cut.headers["x-draftgate-route"] == "spec-off"
+        events = [block.split("\n") for block in cut.text.strip().split("\n\n")]
+        assert events[0][0] == "event: response.created" and events[-1][0] == "event: error"
+        error = json.loads(events[-1][1].removeprefix("data: "))
+        # numbered after the events relayed before it, as the stream's own would be
+        assert error["type"] == "error" and error["code"] == "502" and error["sequence_number"] == len(events) - 1
+        assert [json.loads(e[1][6:])["sequence_number"] for e in events[:-1]] == list(range(len(events) - 1))
+        assert "[DONE]" not in cut.text
+        # the official client hands it over as the API's error event
+        last = list(st_.client.responses.create(**{**PROSE, "stream": True}))[-1]
+        assert last.type == "error" and last.message.startswith("upstream failed mid-stream")
+
+
 def test_explain_reads_a_responses_body_as_the_gate_does() -> None:
     with stack(9) as st_:
         explained = httpx.post(f"{st_.proxy.url}/draftgate/explain", json=TOOL_CALL).json()

@@ -88,6 +88,11 @@ class Responses:
                 raise _BadRequest("input must be a string or a list of items", param="input")
         except _BadRequest as exc:
             return wire.error_response(str(exc), exc.status, exc.param)
+        faults = self.emulator.faults  # as on chat: the request waits, or fails, before it runs
+        if faults.first_byte_delay:
+            await asyncio.sleep(faults.first_byte_delay)
+        if faults.error_status and self.emulator.rng.random() < faults.error_rate:
+            return wire.error_response("injected fault", faults.error_status)
         store = body.get("store", True) is not False and self.store_enabled
         background = body.get("background") is True
         if background and not store:
@@ -178,6 +183,11 @@ class Responses:
         """vLLM's named SSE events for one message of output text."""
         number = 0
         item = run.item_id
+        faults = self.emulator.faults
+        if faults.die_before_first_event:
+            self.emulator.get_engine().abort(run.seq)
+            raise ConnectionAbortedError("injected fault: the server dies during prefill")
+        sent = 0
 
         def event(kind: str, **fields: Any) -> bytes:
             nonlocal number
@@ -207,6 +217,9 @@ class Responses:
                                     part={"type": "output_text", "text": "", "annotations": []})
                     yield event("response.output_text.delta", item_id=item, output_index=0, content_index=0,
                                 delta=text, logprobs=[])
+                    sent += 1
+                    if faults.die_after_tokens is not None and sent >= faults.die_after_tokens:
+                        raise ConnectionAbortedError("injected fault: stream dies")
             await finished
         finally:
             if not finished.done():
