@@ -14,11 +14,12 @@ cache, SIGKILL and a restart on the same port, or a configuration reload
 without it and then with it again), which is lifted when the next one starts.
 
 Every answer is judged as a client would judge it: a 200 with a whole body or
-a stream ending in ``[DONE]`` (the Responses API's: in ``response.completed``). One exception is allowed, as the proxy cannot do
-better: a stream the replica dropped after events had reached the client ends
-with an error event. Anything else is a lost request: the other replica, or the
-other pool, could have served it. At the end the proxy must have counted every
-request, hold none in flight, and have written no error line.
+a stream ending in ``[DONE]`` (the Responses API's: in ``response.completed``).
+One exception is allowed, as the proxy cannot do better: a stream the replica
+dropped after events had reached the client ends with an error event. Anything
+else is a lost request: the other replica, or the other pool, could have served
+it. At the end the proxy must have counted every request, hold none in flight,
+and have written no error line.
 
 It prints, per fault, what happened to the requests made while it was on, then
 the proxy's memory. Exit status 1 if a request was lost or a check failed.
@@ -262,8 +263,9 @@ def proxy_config(replicas: list[Replica], without: Replica | None = None) -> dic
         "pools": [{"name": "spec-on", "urls": urls("spec-on"), "speculation": {"gamma": 8}, "max_num_seqs": 64},
                   {"name": "spec-off", "urls": urls("spec-off"), "max_num_seqs": 64}],
         # the rest as shipped, but a stream's first byte may take 1.5 s, not 300: the slow
-        # replica's streams then fail over within a fault's period (its whole answers wait)
-        "health_interval": 0.5, "scrape_interval": 1.0, "first_byte_timeout": 1.5,
+        # replica's streams then fail over within a fault's period (its whole answers wait);
+        # and the Responses API is gated, its longer road (off, it is passed through as is)
+        "health_interval": 0.5, "scrape_interval": 1.0, "first_byte_timeout": 1.5, "gate_responses": True,
     }
 
 

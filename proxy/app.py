@@ -98,7 +98,10 @@ class Proxy:
         return await self._gated(request, "completions", "/v1/completions")
 
     async def responses(self, request: Request) -> Response:
-        """The Responses API, gated as the chat completion it amounts to (``policy.structure.responses_api``)."""
+        """The Responses API: gated as the chat completion it amounts to (``policy.structure.responses_api``)
+        when ``gate_responses`` says so, else passed through like the other /v1 routes."""
+        if not self.gk.settings.gate_responses:
+            return await self.passthrough(request)
         return await self._gated(request, "responses", CREATE_PATH)
 
     async def _gated(self, request: Request, endpoint: str, path: str) -> Response:
@@ -281,7 +284,7 @@ class Proxy:
             _, body = await read_json(request, self.gk.settings.max_body_bytes)
             if not isinstance(body, dict):
                 raise BadRequest(400, "request body must be a JSON object")
-            return JSONResponse(self._plan(*explained_as(body)).explain())
+            return JSONResponse(self.gk.explanation(self._plan(*explained_as(body))))
         except BadRequest as exc:
             return exc.response()
 

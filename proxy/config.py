@@ -99,6 +99,9 @@ class ProxySettings(BaseSettings):
     structure_priors: StructurePriors = StructurePriors()
     learner_capacity: int = Field(4096, ge=1)
     affinity_capacity: int = Field(100_000, ge=1)
+    gate_responses: bool = Field(
+        False, description="gate POST /v1/responses as the chat completion it amounts to; off, it is passed "
+                           "through to a plain pool like the other /v1 routes")
     response_holders_capacity: int = Field(
         50_000, ge=1, description="stored /v1/responses whose replica is remembered; past it, the oldest is "
                                   "looked up again by asking each replica")

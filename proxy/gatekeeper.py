@@ -181,6 +181,16 @@ class Gatekeeper:
         return Plan(body, endpoint, model, StructureEstimate.unknown(reason), "", Conversation((), None), None,
                     decision, order)
 
+    def explanation(self, plan: Plan) -> dict[str, Any]:
+        """What ``plan`` says, and where its request would go: a Responses request
+        goes where the gate says only when ``gate_responses`` is on."""
+        result = plan.explain()
+        if plan.endpoint == "responses" and not self.settings.gate_responses:
+            result["route"] = self.plain_first()[0]
+            result["reasons"].insert(0, f"gate_responses is off: /v1/responses is passed through to "
+                                        f"{result['route']}; the rest says what the gate would do")
+        return result
+
     def plain_first(self, serving: set[str] | None = None) -> list[str]:
         """Pool names, plain pools first, among those ``serving`` the model (all if none do):
         the order for a request the gate does not weigh."""

@@ -72,7 +72,8 @@ class ProxyMetrics:
         self.upstream_errors = Counter("draftgate_upstream_errors", "Upstream failures, by pool and kind.",
                                        ["pool", "kind"], registry=r)
         self.ejections = Counter("draftgate_replica_ejections", "Replicas taken out of rotation for failing "
-                                 "answers (in a row, or a large share) while their health checks passed.", ["pool"], registry=r)
+                                 "answers (in a row, or a large share) while their health checks passed.",
+                                 ["pool"], registry=r)
         self.overhead = Histogram("draftgate_proxy_overhead_seconds",
                                   "Time spent in the proxy itself, upstream time excluded.", ["endpoint"],
                                   buckets=_OVERHEAD_BUCKETS, registry=r)

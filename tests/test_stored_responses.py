@@ -39,7 +39,7 @@ class Replicated:
 
 
 @contextlib.contextmanager
-def replicated() -> Iterator[Replicated]:
+def replicated(gate_responses: bool = False) -> Iterator[Replicated]:
     """A speculation pool of one replica and a plain pool of two, every one storing responses."""
     # slow enough that concurrent requests overlap, and so spread over both plain replicas
     with emulator(7, True, responses_store=True, time_scale=0.2) as on, \
@@ -48,7 +48,8 @@ def replicated() -> Iterator[Replicated]:
         settings = load_settings(None, pools=[{"name": "spec-on", "urls": [on.url], "speculation": {"gamma": 8}},
                                               {"name": "spec-off", "urls": [a.url, b.url]}],
                                  health_interval=0.2, scrape_interval=0.3, log_requests=False,
-                                 exploration_share=0.0)  # prose goes to the plain pool, every time
+                                 exploration_share=0.0,  # prose goes to the plain pool, every time
+                                 gate_responses=gate_responses)
         app = create_app(settings)
         with proxy_server(app) as proxy:
             yield Replicated(proxy, [a, b], app.state.proxy.holders)
@@ -82,8 +83,10 @@ def test_retrievals_and_follow_ups_reach_the_replica_that_stored_the_response() 
             assert holder_of(stack, answer.json()["id"]).url == holder_of(stack, rid).url
 
 
-def test_a_stream_teaches_the_proxy_its_holder_as_the_first_event_passes() -> None:
-    with replicated() as stack:
+@pytest.mark.parametrize("gated", [False, True], ids=["passed-through", "gated"])
+def test_a_stream_teaches_the_proxy_its_holder(gated: bool) -> None:
+    """Passed through, from its first event; gated, from the event that ends it."""
+    with replicated(gated) as stack:
         client = openai.OpenAI(base_url=f"{stack.proxy.url}/v1", api_key="x", max_retries=0)
         with ThreadPoolExecutor(6) as pool:
             def streamed(i: int) -> str:

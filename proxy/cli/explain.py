@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         gate = Gatekeeper(load_settings(args.config, **overrides))
     except ConfigError as exc:
         raise CliError(str(exc)) from None
-    result = gate.plan(*explained_as(body, args.completions)).explain()
+    result = gate.explanation(gate.plan(*explained_as(body, args.completions)))
     if args.json:
         json.dump(result, sys.stdout)
         sys.stdout.write("\n")
