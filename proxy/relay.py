@@ -30,8 +30,9 @@ def _is_usage_only(payload: Any) -> bool:
 
 
 # The Responses API names its events; the one that ends a stream holds the whole
-# response, so it alone is read. (Chat streams end with [DONE].)
-_RESPONSE_ENDS = (b"event: response.completed\n", b"event: response.incomplete\n")
+# response, so it alone is read (a failed one has nothing to measure, but has
+# ended as the server meant it to, as a chat stream's error and [DONE] do).
+_RESPONSE_ENDS = (b"event: response.completed\n", b"event: response.incomplete\n", b"event: response.failed\n")
 
 
 async def relay_events(chunks: AsyncIterator[bytes], observation: Observation, strip_usage: bool) -> AsyncIterator[bytes]:

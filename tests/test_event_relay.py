@@ -6,6 +6,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 
+from policy.structure import chat_completion
 from proxy.observe import Observation
 from proxy.relay import relay_events
 
@@ -54,3 +55,32 @@ def test_the_usage_only_chunk_is_removed_for_clients_that_did_not_ask() -> None:
     relayed, observation = _relay(CHUNK + USAGE_ONLY + DONE, 5, strip_usage=True)
     assert relayed == [CHUNK, DONE]
     assert observation.prompt_tokens == 7  # still measured
+
+
+def _named(kind: str, payload: dict[str, object]) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps({**payload, 'type': kind})}\n\n".encode()
+
+
+def test_a_responses_stream_is_relayed_whole_and_read_from_the_event_that_ends_it() -> None:
+    response = {"id": "resp_1", "object": "response", "usage": {"input_tokens": 3, "output_tokens": 4},
+                "output": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}]}
+    stream = (_named("response.created", {"response": {**response, "output": []}, "sequence_number": 0})
+              + _named("response.completed", {"response": response, "sequence_number": 1}))
+    for size in (1, 7, len(stream)):
+        observation = Observation(reshape=chat_completion)
+
+        async def collect(obs: Observation = observation) -> list[bytes]:
+            return [event async for event in relay_events(_split(stream, size), obs, True)]
+
+        assert b"".join(asyncio.run(collect())) == stream
+        assert observation.complete and observation.response_id == "resp_1"
+        assert observation.measured({}).tool_calls == 1 and observation.measured({}).total_tokens == 4
+    failed = _named("response.created", {"response": response}) + _named("response.failed", {"response": {}})
+    observation = Observation(reshape=chat_completion)
+
+    async def collect_failed() -> list[bytes]:
+        return [event async for event in relay_events(_split(failed, 5), observation, True)]
+
+    assert b"".join(asyncio.run(collect_failed())) == failed
+    assert observation.complete  # ended as the server meant it to, with nothing to measure
+    assert observation.measured({}).total_tokens == 0
