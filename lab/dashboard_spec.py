@@ -67,7 +67,9 @@ PANELS: list[tuple[str, str, list[tuple[str, str]], str]] = [
     ("Errors and failovers", "reqps", [
         ("status {{status}}", f'sum by (status) (rate(draftgate_requests_total{{status!="200"}}[{R}]))'),
         ("failovers {{from_pool}}", f'sum by (from_pool) (rate(draftgate_failovers_total[{R}]))'),
-    ], "Non-200 answers and requests retried on another pool."),
+        ("ejections {{pool}}", f'sum by (pool) (rate(draftgate_replica_ejections_total[{R}]))'),
+    ], "Non-200 answers, requests retried on another pool, and replicas taken out of rotation for failing "
+       "their answers."),
     ("Drift and calibration", "short", [
         ("drift {{pool}}", f'draftgate_saving_drift_ratio{MP}'),
         ("on defaults", f'max(draftgate_calibration_is_default{M})'),

@@ -117,6 +117,8 @@ class Gatekeeper:
         pools = list(self.pools)
         self._sampling_defaults = next((p for p in pools if p.speculative), pools[0]).config.sampling_defaults
         self._policies: dict[str | None, GatePolicy] = {}
+        for pool in pools:  # a pool never ejected shows 0 on the dashboard rather than nothing
+            self.metrics.ejections.labels(pool=pool.name)
 
     def reload(self, settings: ProxySettings) -> None:
         """Swap configuration in place; requests in flight keep their pool objects."""
