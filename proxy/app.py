@@ -47,7 +47,7 @@ from proxy.passthrough import PassThrough
 from proxy.recorder import Recorder
 from proxy.request_body import BadRequest, read_body, read_json, validate
 from proxy.shutdown import Shutdown, shutting_down_error, shutting_down_event
-from proxy.stored_responses import CREATE_PATH, ResponseHolders, continued_response_id
+from proxy.stored_responses import CREATE_PATH, ResponseHolders, continued_response_id, stored
 from proxy.relay import client_wants_usage, relay_events
 from proxy.upstream import UpstreamAborted, UpstreamClient, UpstreamError
 
@@ -206,7 +206,7 @@ class Proxy:
     def _finish(self, plan: Plan, upstream: Upstream, observation: Observation, status: int,
                 overhead: float) -> None:
         try:
-            if plan.endpoint == "responses" and observation.response_id is not None:
+            if plan.endpoint == "responses" and observation.response_id is not None and stored(plan.body):
                 self.holders.remember(observation.response_id, upstream.pool.name, upstream.replica.url)
             # observe before releasing: attribution windows close only when nothing is in flight
             self.recorder.finish(plan, upstream, observation, status, overhead)

@@ -35,6 +35,7 @@ from proxy.stored_responses import (
     SNIFF_BYTES,
     ResponseHolders,
     continued_response_id,
+    stored,
     stored_response_id,
 )
 from proxy.upstream import UpstreamAborted, UpstreamClient, UpstreamError
@@ -72,7 +73,7 @@ class PassThrough:
 
         # a new stored response: whoever made it is the only one who can say more of it
         sniffing = (request.method == "POST" and request.scope["path"] == CREATE_PATH
-                    and upstream.response.status_code == 200)
+                    and upstream.response.status_code == 200 and stored(named))
 
         async def body() -> AsyncIterator[bytes]:
             nonlocal sniffing

@@ -42,6 +42,12 @@ def stored_response_id(path: str) -> str | None:
     return rid or None
 
 
+def stored(body: Any) -> bool:
+    """Whether the response ``body`` asks for may be stored: unless it says ``store: false``
+    (a server without the store keeps nothing either, but the proxy cannot tell)."""
+    return not (isinstance(body, dict) and body.get("store") is False)
+
+
 def continued_response_id(body: Any) -> str | None:
     """The response a new one continues from (``previous_response_id``)."""
     previous = body.get("previous_response_id") if isinstance(body, dict) else None

@@ -99,6 +99,9 @@ def test_a_stream_teaches_the_proxy_its_holder(gated: bool) -> None:
         assert len({holder_of(stack, rid).url for rid in ids}) == 2
         # learned from the streams themselves, not looked up afterwards
         assert len(stack.holders) == 6
+        # a response the client asked not to store is not remembered either
+        unstored = stack.post("/v1/responses", input="forget me", max_output_tokens=5, store=False)
+        assert unstored.status_code == 200 and len(stack.holders) == 6
         for rid in ids:
             again = client.responses.retrieve(rid)
             assert again.id == rid and again.status in ("completed", "incomplete")

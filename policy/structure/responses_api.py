@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-# sampling fields both APIs spell alike (vLLM's extras included)
+# fields both APIs spell alike (vLLM's extras included): sampling, and what the proxy reads besides
 _SHARED = ("model", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "frequency_penalty",
            "presence_penalty", "top_logprobs", "seed", "stream", "parallel_tool_calls", "structured_outputs",
-           "chat_template_kwargs", "user")
+           "chat_template_kwargs", "user", "store")
 _MAX_ITEMS = 4096
 _ENDED = ("response.completed", "response.incomplete")  # a tuple: a client may send an unhashable "type"
 
