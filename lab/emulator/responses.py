@@ -80,7 +80,7 @@ class Responses:
         ]
 
     async def create(self, request: Request) -> Response:
-        from lab.emulator.app import _BadRequest
+        from lab.emulator.app import _BadRequest  # here: the app imports this module
 
         try:
             body = await self.emulator._read_object(request)
