@@ -7,10 +7,11 @@ never past a pool's capacity; so does any failure before the client has been
 sent anything: a stream that breaks before its first event, an answer that
 breaks before its end. Anything else, 4xx included, passes through.
 
-Every such failure also counts against its replica: enough in a row take it
-out of rotation for a while (``eject_after_failed_answers``), since a replica
-can fail every answer while its ``/health`` stays fine, and the retries it
-causes would spend the budget that real failovers need.
+Every such failure also counts against its replica: enough in a row, or too
+large a share of its recent answers, take it out of rotation for a while
+(``eject_after_failed_answers``, ``eject_failure_share``), since a replica can
+fail its answers while its ``/health`` stays fine, and the retries it causes
+would spend the budget that real failovers need.
 """
 
 from __future__ import annotations
@@ -132,14 +133,15 @@ async def send_with_failover(
     it gets ``answer_timeout``.
 
     ``pinned``: ``prefer_replica`` alone holds state the request needs, so it
-    goes there whatever its load, and nowhere else: its failure is the answer.
+    goes there whatever its load and ``order``, and nowhere else: its failure is
+    the answer.
     """
     gk.budget.deposit()
     settings = gk.settings
     read_timeout = settings.first_byte_timeout if streamed else settings.answer_timeout
+    if pinned and prefer_replica is not None:  # only the holder can answer: any other would know nothing of it
+        order = [prefer_replica[0]]
     pools = [p for p in (gk.pool(name) for name in order) if p is not None]
-    if pinned:  # only the holder can answer: any other replica would say it knows nothing of it
-        pools = pools[:1]
     first = gk.pools.first_with_room(pools) or await gk.pools.wait_for_room(pools, settings.queue_timeout)
     if first is None:
         gk.metrics.shed.labels(model=gk.metrics.model_label(model)).inc()

@@ -60,8 +60,7 @@ class PassThrough:
             holder = await self._holder_of_stored_response(request, named, order)
             upstream = await send_with_failover(self.gk, self.upstream, request.method,
                                                 upstream_target(request.scope), request.scope["headers"], raw,
-                                                [holder[0].name] if holder else order,
-                                                (holder[0].name, holder[1].url) if holder else None, None,
+                                                order, (holder[0].name, holder[1].url) if holder else None, None,
                                                 streamed=isinstance(named, dict) and named.get("stream") is True,
                                                 pinned=holder is not None)
         except NoCapacity:
