@@ -94,12 +94,17 @@ def upstream_headers(incoming: Iterable[tuple[bytes, bytes]], pool: Pool,
     return headers
 
 
+def raw_path(scope: Scope) -> str:
+    """The client's path as it wrote it: the decoded one reads %2F as /, another path."""
+    raw = scope.get("raw_path")
+    return raw.decode("latin-1") if raw else scope["path"]
+
+
 def upstream_target(scope: Scope, path: str | None = None) -> str:
-    """The request target sent upstream: ``path``, or else the client's path as it wrote
-    it (the decoded one reads %2F as /, another path), and the query string untouched."""
+    """The request target sent upstream: ``path``, or else the client's (``raw_path``),
+    and the query string untouched."""
     if path is None:
-        raw = scope.get("raw_path")
-        path = raw.decode("latin-1") if raw else scope["path"]
+        path = raw_path(scope)
     query = scope.get("query_string", b"")  # not request.url: it parses the whole URL
     return f"{path}?{query.decode('latin-1')}" if query else path
 

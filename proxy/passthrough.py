@@ -23,6 +23,7 @@ from proxy.forwarding import (
     UpstreamUnavailable,
     count_failed_answer,
     downstream_headers,
+    raw_path,
     send_with_failover,
     upstream_target,
 )
@@ -103,7 +104,7 @@ class PassThrough:
     async def _holder_of_stored_response(self, request: Request, named: Any,
                                          order: list[str]) -> tuple[Pool, Replica] | None:
         """The replica holding the stored response this request is about or continues from, if any does."""
-        rid = stored_response_id(request.scope["path"]) or continued_response_id(named)
+        rid = stored_response_id(raw_path(request.scope)) or continued_response_id(named)
         if rid is None:
             return None
         settings = self.gk.settings

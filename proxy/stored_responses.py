@@ -20,7 +20,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from proxy.forwarding import upstream_headers
 from proxy.pools import Pool, Replica
@@ -35,10 +35,11 @@ SNIFF_BYTES = 16384
 
 
 def stored_response_id(path: str) -> str | None:
-    """The response a ``/v1/responses/{id}[/...]`` path is about."""
+    """The response a ``/v1/responses/{id}[/...]`` path is about; ``path`` as the
+    client wrote it, so that an id holding an encoded / stays one segment."""
     if not path.startswith(_PREFIX):
         return None
-    rid = path[len(_PREFIX):].split("/", 1)[0]
+    rid = unquote(path[len(_PREFIX):].split("/", 1)[0])
     return rid or None
 
 

@@ -152,6 +152,7 @@ def test_draftgate_emulate_stores_responses_when_its_environment_says_so_as_vllm
 def test_the_response_an_id_path_or_a_body_is_about() -> None:
     assert stored_response_id("/v1/responses/resp_1") == "resp_1"
     assert stored_response_id("/v1/responses/resp_1/cancel") == "resp_1"
+    assert stored_response_id("/v1/responses/a%2Fb/cancel") == "a/b"  # the raw path: %2F is no separator
     assert stored_response_id("/v1/responses") is None
     assert stored_response_id("/v1/responses/") is None
     assert stored_response_id("/v1/chat/completions") is None
