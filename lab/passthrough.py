@@ -21,7 +21,7 @@ import uvicorn
 from starlette.types import Message, Receive, Scope, Send
 
 from proxy.forwarding import HOP_BY_HOP, downstream_headers
-from proxy.serving import UVICORN_OPTIONS
+from proxy.serving import uvicorn_options
 from proxy.upstream import UpstreamClient
 
 CONNECT_TIMEOUT, READ_TIMEOUT = 2.0, 300.0
@@ -77,7 +77,7 @@ def main() -> None:
     parser.add_argument("--to", required=True, help="the backend's base URL")
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
-    uvicorn.run(Passthrough(args.to.rstrip("/")), host="127.0.0.1", port=args.port, **UVICORN_OPTIONS)
+    uvicorn.run(Passthrough(args.to.rstrip("/")), host="127.0.0.1", port=args.port, **uvicorn_options())
 
 
 if __name__ == "__main__":

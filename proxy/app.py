@@ -108,7 +108,7 @@ class Proxy:
         started = time.perf_counter()
         try:
             self._authorize(request)
-            raw, body = await read_json(request, self.gk.settings.max_body_bytes)
+            raw, body = await read_json(request, *self._body_limits())
             validate(body, endpoint)
             await self.catalog.check(body)
             if endpoint == "responses" and (continued_response_id(body) or body.get("background") is True):
@@ -248,6 +248,11 @@ class Proxy:
 
     # ------------------------------------------------------------ checks
 
+    def _body_limits(self) -> tuple[int, float]:
+        """How much of a request body the proxy reads, and how long it waits on a pause in it."""
+        settings = self.gk.settings
+        return settings.max_body_bytes, settings.client_body_timeout
+
     def _authorize(self, request: Request) -> None:
         keys = self.gk.settings.api_keys
         if not keys or request.method == "OPTIONS":
@@ -273,7 +278,7 @@ class Proxy:
         that serves the model they name, with the same failover."""
         try:
             self._authorize(request)
-            raw = await read_body(request, self.gk.settings.max_body_bytes)
+            raw = await read_body(request, *self._body_limits())
         except BadRequest as exc:
             return exc.response()
         return await self.pass_through(request, raw, parse_json(raw) if raw else None)
@@ -281,7 +286,7 @@ class Proxy:
     async def explain(self, request: Request) -> Response:
         try:
             self._authorize(request)
-            _, body = await read_json(request, self.gk.settings.max_body_bytes)
+            _, body = await read_json(request, *self._body_limits())
             if not isinstance(body, dict):
                 raise BadRequest(400, "request body must be a JSON object")
             return JSONResponse(self.gk.explanation(self._plan(*explained_as(body))))

@@ -109,6 +109,13 @@ class ProxySettings(BaseSettings):
                                 description="largest request body read, on any route (413 past it)")
     api_keys: list[SecretStr] = Field(default_factory=list, description="accepted client keys; empty: open")
     admin_token: SecretStr | None = None
+    client_header_timeout: float = Field(
+        60.0, gt=0, description="a request's line and headers must all arrive within this of the connection's "
+                                "opening (or of the request's first byte on a kept-alive one), or it is closed, "
+                                "with a 408 if a head had begun; as nginx's client_header_timeout. Read at startup")
+    client_body_timeout: float = Field(
+        60.0, gt=0, description="the longest a request body may pause between two reads before the request is "
+                                "answered 408; as nginx's client_body_timeout")
     connect_timeout: float = Field(2.0, gt=0)
     first_byte_timeout: float = Field(
         300.0, gt=0, description="a stream's headers, its first event and each event after must come within this")

@@ -8,16 +8,24 @@ from starlette.responses import JSONResponse
 
 _TYPES = {
     400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
-    405: "invalid_request_error", 413: "invalid_request_error", 415: "invalid_request_error",
-    429: "rate_limit_error", 499: "client_closed", 500: "server_error", 502: "upstream_error",
-    503: "service_unavailable", 504: "upstream_timeout",
+    405: "invalid_request_error", 408: "invalid_request_error", 413: "invalid_request_error",
+    415: "invalid_request_error", 429: "rate_limit_error", 499: "client_closed", 500: "server_error",
+    502: "upstream_error", 503: "service_unavailable", 504: "upstream_timeout",
 }
 
 
 def openai_error(status: int, message: str, *, param: str | None = None, code: str | None = None,
                  headers: dict[str, str] | None = None) -> JSONResponse:
-    body = {"error": {"message": message, "type": _TYPES.get(status, "error"), "param": param, "code": code}}
-    return JSONResponse(body, status_code=status, headers=headers)
+    return JSONResponse(_error(status, message, param, code), status_code=status, headers=headers)
+
+
+def openai_error_bytes(status: int, message: str) -> bytes:
+    """The same error as JSON bytes, for an answer written below the ASGI app."""
+    return json.dumps(_error(status, message, None, None)).encode()
+
+
+def _error(status: int, message: str, param: str | None, code: str | None) -> dict[str, dict[str, str | None]]:
+    return {"error": {"message": message, "type": _TYPES.get(status, "error"), "param": param, "code": code}}
 
 
 def stream_error_event(status: int, message: str, sequence_number: int | None = None) -> bytes:

@@ -10,6 +10,7 @@ not be able to grow the proxy's memory without bound.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -22,43 +23,56 @@ from proxy.errors import openai_error
 class BadRequest(Exception):
     """A request the proxy answers itself, with an OpenAI-shaped error of this status."""
 
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None) -> None:
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
+                 closes: bool = False) -> None:
+        """``closes``: the connection cannot carry another request (a body left half read)."""
         super().__init__(message)
-        self.status, self.param, self.code = status, param, code
+        self.status, self.param, self.code, self.closes = status, param, code, closes
 
     def response(self) -> JSONResponse:
-        return openai_error(self.status, str(self), param=self.param, code=self.code)
+        headers = {"connection": "close"} if self.closes else None
+        return openai_error(self.status, str(self), param=self.param, code=self.code, headers=headers)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body as sent, refused with 413 once it passes ``limit`` bytes.
+async def read_body(request: Request, limit: int, patience: float) -> bytes:
+    """The body as sent, refused with 413 once it passes ``limit`` bytes, and with
+    408 when it pauses ``patience`` seconds between two reads.
 
     A declared length over the limit is refused before anything is read; a
     chunked body is counted as it arrives, so neither form is buffered past it.
+    The pause is measured between reads, as nginx's client_body_timeout is, so a
+    large body on a slow but live link still arrives; a client that vanished
+    mid-upload without closing (a killed pod, a partition) no longer holds the
+    request, and its connection, for ever.
     """
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BadRequest(413, f"request body exceeds {limit} bytes")
     chunks, size = [], 0
+    loop = asyncio.get_running_loop()
     try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise BadRequest(413, f"request body exceeds {limit} bytes")
-            chunks.append(chunk)
+        async with asyncio.timeout(patience) as pause:
+            async for chunk in request.stream():
+                pause.reschedule(loop.time() + patience)
+                size += len(chunk)
+                if size > limit:
+                    raise BadRequest(413, f"request body exceeds {limit} bytes")
+                chunks.append(chunk)
     except ClientDisconnect:
         # a client gone mid-upload (a timeout, a dropped link) is no fault of the proxy's:
         # counted as 499, as nginx names it, never logged as an error
         raise BadRequest(499, "the client disconnected while sending the request") from None
+    except TimeoutError:
+        raise BadRequest(408, f"the request body paused for over {patience:g} s", closes=True) from None
     return b"".join(chunks)
 
 
-async def read_json(request: Request, limit: int) -> tuple[bytes, Any]:
+async def read_json(request: Request, limit: int, patience: float) -> tuple[bytes, Any]:
     """The body as sent (it is forwarded byte for byte) and as parsed."""
     ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
     if ctype != "application/json":
         raise BadRequest(415, f"content type must be application/json, got {ctype!r}")
-    raw = await read_body(request, limit)
+    raw = await read_body(request, limit, patience)
     try:
         return raw, json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -17,7 +17,7 @@ import openai
 from lab.servers import ServerThread
 from proxy.app import create_app
 from proxy.config import load_settings
-from proxy.serving import UVICORN_OPTIONS
+from proxy.serving import uvicorn_options
 from tests.conftest import emulator
 
 
@@ -63,7 +63,7 @@ def container_health_check(port: int) -> int:
 
 def proxy_server(app: Any) -> ServerThread:
     """The proxy app under uvicorn with the options ``draftgate serve`` uses."""
-    return ServerThread(app, options=UVICORN_OPTIONS)
+    return ServerThread(app, options=uvicorn_options(app.state.proxy.gk.settings.client_header_timeout))
 
 
 def proxy_settings(on_url: str, off_url: str, **overrides: Any):  # type: ignore[no-untyped-def]

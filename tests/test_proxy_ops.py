@@ -93,7 +93,7 @@ def test_serve_process_quick_start_and_sighup_reload(tmp_path: Path) -> None:
         cfg = tmp_path / "draftgate.yaml"
         config = {"pools": [{"name": "spec-on", "urls": [on.url], "speculation": {"gamma": 8}},
                             {"name": "spec-off", "urls": [off.url]}],
-                  "models": {MODEL: {"mode": "always_off"}}}
+                  "models": {MODEL: {"mode": "always_off"}}, "client_header_timeout": 0.5}
         cfg.write_text(yaml.safe_dump(config))
         body = {"model": MODEL, "messages": USER, "tool_choice": "required", "temperature": 0,
                 "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]}
@@ -111,6 +111,10 @@ def test_serve_process_quick_start_and_sighup_reload(tmp_path: Path) -> None:
             assert "serving on http://127.0.0.1" in proxy.output()
             assert container_health_check(proxy.port) == 0
             assert '"event": "request"' in proxy.output()
+            with socket.create_connection(("127.0.0.1", proxy.port)) as sock:  # the file's head deadline is served
+                sock.sendall(b"GET /health HTTP/1.1\r\n")
+                sock.settimeout(10)
+                assert sock.recv(100).startswith(b"HTTP/1.1 408")
         with ServerProcess(["serve", "--spec-on", on.url, "--spec-off", off.url]) as proxy:
             assert httpx.post(f"{proxy.url}/v1/chat/completions", json=body).status_code == 200
 

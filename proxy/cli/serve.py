@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from proxy import logs
     from proxy.app import create_app
     from proxy.config import ConfigError, load_settings
-    from proxy.serving import UVICORN_OPTIONS, SignalAwareServer
+    from proxy.serving import SignalAwareServer, uvicorn_options
 
     if not args.config and not (args.spec_on or args.spec_off):
         raise CliError("give --config FILE, or --spec-on URL and --spec-off URL")
@@ -74,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
     grace = settings.graceful_shutdown_seconds
     config = uvicorn.Config(app, host=settings.host, port=settings.port, timeout_graceful_shutdown=grace,
                             ssl_certfile=settings.tls_certfile, ssl_keyfile=settings.tls_keyfile,
-                            log_config=None, **UVICORN_OPTIONS)  # logs.configure formats uvicorn's lines
+                            log_config=None,  # logs.configure formats uvicorn's lines
+                            **uvicorn_options(settings.client_header_timeout))
     server = SignalAwareServer(config, on_signal=lambda: app.state.proxy.shutdown.begin(grace))
     server.run()
     return 0 if server.started else 3  # as uvicorn.run exits when it could not start (a port in use)
