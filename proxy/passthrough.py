@@ -38,6 +38,7 @@ from proxy.stored_responses import (
     continued_response_id,
     stored,
     stored_response_id,
+    streams_stored_response,
 )
 from proxy.upstream import UpstreamAborted, UpstreamClient, UpstreamError
 
@@ -59,11 +60,12 @@ class PassThrough:
         order = self.gk.plain_first(self.catalog.pools_serving(named.get("model") if isinstance(named, dict) else None))
         try:
             holder = await self._holder_of_stored_response(request, named, order)
+            streamed = (isinstance(named, dict) and named.get("stream") is True) or streams_stored_response(
+                request.method, raw_path(request.scope), request.scope["query_string"])
             upstream = await send_with_failover(self.gk, self.upstream, request.method,
                                                 upstream_target(request.scope), request.scope["headers"], raw,
                                                 order, (holder[0].name, holder[1].url) if holder else None, None,
-                                                streamed=isinstance(named, dict) and named.get("stream") is True,
-                                                pinned=holder is not None)
+                                                streamed=streamed, pinned=holder is not None)
         except NoCapacity:
             return openai_error(503, "all pools are at capacity; retry shortly", headers={"retry-after": "1"})
         except UpstreamUnavailable as exc:

@@ -20,7 +20,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import parse_qs, quote, unquote
 
 from proxy.forwarding import upstream_headers
 from proxy.pools import Pool, Replica
@@ -41,6 +41,15 @@ def stored_response_id(path: str) -> str | None:
         return None
     rid = unquote(path[len(_PREFIX):].split("/", 1)[0])
     return rid or None
+
+
+def streams_stored_response(method: str, path: str, query: bytes) -> bool:
+    """Whether a request replays a stored response's events (``GET .../{id}?stream=true``):
+    an answer that comes event by event, paced by the generation like any stream."""
+    if method != "GET" or b"stream=" not in query or not stored_response_id(path):
+        return False
+    asked = parse_qs(query.decode("latin-1")).get("stream", [""])[-1]
+    return asked.lower() in ("1", "true", "yes", "on")  # a query bool, as vLLM's FastAPI reads one
 
 
 def stored(body: Any) -> bool:

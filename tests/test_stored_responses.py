@@ -5,6 +5,8 @@ as directly. Real servers: the proxy under uvicorn, emulated pools with the stor
 from __future__ import annotations
 
 import contextlib
+import json
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -39,7 +41,7 @@ class Replicated:
 
 
 @contextlib.contextmanager
-def replicated(gate_responses: bool = False) -> Iterator[Replicated]:
+def replicated(gate_responses: bool = False, **overrides: object) -> Iterator[Replicated]:
     """A speculation pool of one replica and a plain pool of two, every one storing responses."""
     # slow enough that concurrent requests overlap, and so spread over both plain replicas
     with emulator(7, True, responses_store=True, time_scale=0.2) as on, \
@@ -49,7 +51,7 @@ def replicated(gate_responses: bool = False) -> Iterator[Replicated]:
                                               {"name": "spec-off", "urls": [a.url, b.url]}],
                                  health_interval=0.2, scrape_interval=0.3, log_requests=False,
                                  exploration_share=0.0,  # prose goes to the plain pool, every time
-                                 gate_responses=gate_responses)
+                                 gate_responses=gate_responses, **overrides)
         app = create_app(settings)
         with proxy_server(app) as proxy:
             yield Replicated(proxy, [a, b], app.state.proxy.holders)
@@ -124,6 +126,27 @@ def test_responses_the_proxy_never_saw_are_found_by_asking_each_replica() -> Non
         missing = httpx.get(f"{stack.proxy.url}/v1/responses/resp_nobody_has_this")
         assert missing.status_code == 404
         assert missing.json()["error"]["message"] == "Response with id 'resp_nobody_has_this' not found."
+
+
+def test_a_streamed_retrieval_is_relayed_and_timed_as_a_stream() -> None:
+    """``GET /v1/responses/{id}?stream=true`` replays a response event by event, as
+    long as it runs: each event is due within first_byte_timeout, not within the
+    hour an answer sent whole may take, so a stalled holder is reported in time."""
+    with replicated(first_byte_timeout=0.5, answer_timeout=60) as stack:
+        made = stack.post("/v1/responses", input="run on", background=True, max_output_tokens=30).json()
+        url = f"{stack.proxy.url}/v1/responses/{made['id']}"
+        replay = httpx.get(url, params={"stream": "true", "starting_after": "1"}, timeout=30)
+        assert replay.status_code == 200 and replay.headers["content-type"].startswith("text/event-stream")
+        events = [json.loads(line[6:]) for line in replay.text.splitlines() if line.startswith("data: ")]
+        assert events[0]["sequence_number"] == 2  # the query reached the holder whole
+        assert events[-1]["type"] in ("response.completed", "response.incomplete")
+        assert events[-1]["response"]["id"] == made["id"]
+        httpx.post(f"{holder_of(stack, made['id']).url}/debug/faults", json={"first_byte_delay": 5.0})
+        started = time.monotonic()
+        stalled = httpx.get(url, params={"stream": "true"}, timeout=30)
+        assert stalled.status_code == 504, stalled.text
+        assert time.monotonic() - started < 3.0
+        assert httpx.get(url, timeout=30).status_code == 200  # sent whole, the answer has its own, longer, time
 
 
 def test_a_holder_that_is_down_answers_for_its_response_and_no_other_replica_is_asked() -> None:

@@ -21,7 +21,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from lab.emulator.textgen import Generated
 
 _TERMINAL = frozenset({"completed", "cancelled", "failed", "incomplete"})
+_TRUE = frozenset({"1", "true", "yes", "on"})  # a query bool, as FastAPI reads one
 
 
 def _not_found(response_id: str) -> JSONResponse:
@@ -124,7 +125,16 @@ class Responses:
     async def retrieve(self, request: Request) -> Response:
         rid = request.path_params["response_id"]
         response = self.stored.get(rid)
-        return JSONResponse(response) if response is not None else _not_found(rid)
+        if response is None:
+            return _not_found(rid)
+        if request.query_params.get("stream", "").lower() not in _TRUE:
+            return JSONResponse(response)
+        after = request.query_params.get("starting_after", "-1")
+        if not after.lstrip("-").isdigit():
+            return wire.error_response("starting_after must be an integer", 400, "starting_after")
+        if self.emulator.faults.first_byte_delay:  # as on create: the stream waits before its first byte
+            await asyncio.sleep(self.emulator.faults.first_byte_delay)
+        return StreamingResponse(self._replay(response, int(after)), media_type="text/event-stream")
 
     async def cancel(self, request: Request) -> Response:
         rid = request.path_params["response_id"]
@@ -182,20 +192,13 @@ class Responses:
 
     async def _events(self, run: _Run) -> AsyncIterator[bytes]:
         """vLLM's named SSE events for one message of output text."""
-        number = 0
         item = run.item_id
         faults = self.emulator.faults
         if faults.die_before_first_event:
             self.emulator.get_engine().abort(run.seq)
             raise ConnectionAbortedError("injected fault: the server dies during prefill")
         sent = 0
-
-        def event(kind: str, **fields: Any) -> bytes:
-            nonlocal number
-            payload = {**fields, "sequence_number": number, "type": kind}
-            number += 1
-            return f"event: {kind}\ndata: {json.dumps(payload, separators=(',', ':'))}\n\n".encode()
-
+        event = _Numbered()
         yield event("response.created", response=dict(run.response))
         yield event("response.in_progress", response=dict(run.response))
         deltas: asyncio.Queue[str] = asyncio.Queue()
@@ -226,21 +229,68 @@ class Responses:
             if not finished.done():
                 finished.cancel()
                 self.emulator.get_engine().abort(run.seq)
-        for index, output in enumerate(run.response["output"]):
+        for chunk in _closing_events(event, run.response):
+            yield chunk
+
+    async def _replay(self, response: dict[str, Any], after: int) -> AsyncIterator[bytes]:
+        """A stored response's events again (``GET ?stream=true``), those numbered past ``after``.
+
+        vLLM streams a background response's events as it runs; here they come
+        once it has ended, its text in one delta: the same events, later.
+        """
+        running = self.background.get(response["id"])
+        if running is not None:
+            await asyncio.wait({running[0]})  # a cancel ends it too, and the stream says so
+        event = _Numbered(after)
+        opening = {**response, "status": "in_progress", "output": [], "usage": None}
+        chunks = [event("response.created", response=opening), event("response.in_progress", response=opening)]
+        for index, output in enumerate(response["output"]):
             if output["type"] == "message":
                 part = output["content"][0]
-                yield event("response.output_text.done", item_id=output["id"], output_index=index, content_index=0,
-                            text=part["text"], logprobs=[])
-                yield event("response.content_part.done", item_id=output["id"], output_index=index,
-                            content_index=0, part=part)
-            elif output["type"] == "function_call":
-                yield event("response.output_item.added", output_index=index, item={**output, "arguments": "",
-                                                                                    "status": "in_progress"})
-                yield event("response.function_call_arguments.done", item_id=output["id"], output_index=index,
-                            arguments=output["arguments"])
-            yield event("response.output_item.done", output_index=index, item=output)
-        yield event("response.completed" if run.response["status"] == "completed" else "response.incomplete",
-                    response=run.response)
+                chunks.append(event("response.output_item.added", output_index=index, item={
+                    **output, "status": "in_progress", "content": []}))
+                chunks.append(event("response.content_part.added", item_id=output["id"], output_index=index,
+                                    content_index=0, part={**part, "text": ""}))
+                chunks.append(event("response.output_text.delta", item_id=output["id"], output_index=index,
+                                    content_index=0, delta=part["text"], logprobs=[]))
+        for chunk in chunks + list(_closing_events(event, response)):
+            if chunk:
+                yield chunk
+
+
+class _Numbered:
+    """Writes one stream's SSE events, numbered as vLLM numbers them; those at or
+    before ``after`` (a resumed stream's ``starting_after``) are left out, as empty bytes."""
+
+    def __init__(self, after: int = -1) -> None:
+        self.number = 0
+        self.after = after
+
+    def __call__(self, kind: str, **fields: Any) -> bytes:
+        number, self.number = self.number, self.number + 1
+        if number <= self.after:
+            return b""
+        payload = {**fields, "sequence_number": number, "type": kind}
+        return f"event: {kind}\ndata: {json.dumps(payload, separators=(',', ':'))}\n\n".encode()
+
+
+def _closing_events(event: _Numbered, response: dict[str, Any]) -> Iterator[bytes]:
+    """The events that close each output item of a finished response, then the response's own."""
+    for index, output in enumerate(response["output"]):
+        if output["type"] == "message":
+            part = output["content"][0]
+            yield event("response.output_text.done", item_id=output["id"], output_index=index, content_index=0,
+                        text=part["text"], logprobs=[])
+            yield event("response.content_part.done", item_id=output["id"], output_index=index,
+                        content_index=0, part=part)
+        elif output["type"] == "function_call":
+            yield event("response.output_item.added", output_index=index, item={**output, "arguments": "",
+                                                                                "status": "in_progress"})
+            yield event("response.function_call_arguments.done", item_id=output["id"], output_index=index,
+                        arguments=output["arguments"])
+        yield event("response.output_item.done", output_index=index, item=output)
+    kind = {"completed": "response.completed", "failed": "response.failed"}.get(response["status"])
+    yield event(kind or "response.incomplete", response=response)
 
 
 def _output_items(message_id: str, message: dict[str, Any]) -> list[dict[str, Any]]:
