@@ -65,6 +65,7 @@ class Proxy:
 
     def __init__(self, settings: ProxySettings, reload_settings: Callable[[], ProxySettings] | None = None) -> None:
         self.gk = Gatekeeper(settings)
+        self.started_with = settings  # what a reload cannot change stays as it was here
         self.reload_settings = reload_settings
         # one trust for https pools, on the hot path and off it (read at startup)
         tls = settings.upstream_tls()
@@ -317,22 +318,30 @@ class Proxy:
         if not token_matches(bearer_token(request.headers.get("authorization", "")), [token]):
             return openai_error(401, "invalid admin token", code="invalid_admin_token")
         try:
-            self.do_reload()
+            pending = self.do_reload()
         except ConfigError as exc:
             return openai_error(400, str(exc), code="invalid_configuration")
-        return JSONResponse({"reloaded": True, "pools": [p.name for p in self.gk.pools]})
+        return JSONResponse({"reloaded": True, "pools": [p.name for p in self.gk.pools], "restart_needed": pending})
 
     def cors_policy(self) -> CorsPolicy:
         """The CORS settings now in force (a reload changes them)."""
         settings = self.gk.settings
         return CorsPolicy(settings.allowed_origins, settings.allow_credentials)
 
-    def do_reload(self) -> None:
+    def do_reload(self) -> list[str]:
+        """Apply the configuration file as it is now; returns the changed keys that
+        only a restart applies (compared with what the proxy started with)."""
         if self.reload_settings is None:
             raise ConfigError("this proxy was started without a configuration file to reload")
-        self.gk.reload(self.reload_settings())
+        settings = self.reload_settings()
+        self.gk.reload(settings)
         self.forget_gone_replicas()
-        log.info("configuration reloaded")
+        pending = settings.restart_needed(self.started_with)
+        if pending:
+            log.warning("configuration reloaded, but %s changed and take effect only at restart", ", ".join(pending))
+        else:
+            log.info("configuration reloaded")
+        return pending
 
     def forget_gone_replicas(self) -> None:
         """Drop what is kept per replica URL for URLs no pool has any more."""

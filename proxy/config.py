@@ -28,7 +28,8 @@ class ConfigError(ValueError):
 class SpeculationConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    method: str = "draft_model"
+    method: str = Field("draft_model", description="the method of the pool's --speculative-config (draft_model, "
+                                                   "eagle, eagle3, ngram, mtp, ...); draft_model adds draft prefill")
     gamma: int = Field(8, ge=1, le=64, description="num_speculative_tokens of the pool")
     draft_cost: float | None = Field(None, ge=0.0, description="d; calibration's value when omitted")
     draft_prefill_ratio: float = Field(0.15, ge=0.0, description="draft prefill relative to the target's")
@@ -37,12 +38,15 @@ class SpeculationConfig(BaseModel):
 class PoolConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$",
+                      description="the route: x-draftgate-route on answers, the pool label on metrics")
     urls: list[str] = Field(min_length=1, description="replica base URLs (http://host:port)")
     dns_refresh_seconds: float = Field(0.0, ge=0.0, description="re-resolve hostnames (headless Service); 0 = off")
-    speculation: SpeculationConfig | None = None
+    speculation: SpeculationConfig | None = Field(None, description="how the pool speculates; omitted: a plain pool")
     max_num_seqs: int = Field(256, ge=1, description="per replica, as the server was started")
-    sampling_defaults: SamplingDefaults = SamplingDefaults()
+    sampling_defaults: SamplingDefaults = Field(
+        SamplingDefaults(), description="what the pool's server applies when a client omits a setting (the model's "
+                                        "generation config: Qwen3's sets temperature 0.6)")
     api_key: SecretStr | None = Field(None, description="sent upstream instead of the client's key")
     per_request_metrics: bool = Field(
         True, description="the server runs with --per-request-spec-decode-metrics (else tau comes from counters)"
@@ -82,23 +86,32 @@ class PoolConfig(BaseModel):
 class ModelPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    mode: Literal["auto", "always_on", "always_off"] = "auto"
+    mode: Literal["auto", "always_on", "always_off"] = Field(
+        "auto", description="auto: the gate decides; always_on / always_off: a speculation / plain pool, "
+                            "except where vLLM would not speculate (then plain)")
     margin: float = Field(0.0, ge=0.0, le=0.9, description="speculation must cost this fraction less than plain")
-    hysteresis: float = Field(0.03, ge=0.0, le=1.0)
+    hysteresis: float = Field(0.03, ge=0.0, le=1.0, description="a request shape leaves the pool it last went to "
+                                                              "only for one this fraction cheaper: routes do not "
+                                                              "flip-flop on noise")
 
 
 class ProxySettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DRAFTGATE_", env_nested_delimiter="__", extra="forbid")
 
-    host: str = "127.0.0.1"
-    port: int = Field(8000, ge=0, le=65535)
-    pools: list[PoolConfig] = Field(default_factory=list)
-    default_policy: ModelPolicy = ModelPolicy()
+    host: str = Field("127.0.0.1", description="address to listen on; 0.0.0.0 in a container")
+    port: int = Field(8000, ge=0, le=65535, description="port to listen on")
+    pools: list[PoolConfig] = Field(default_factory=list, description="the vLLM pools, speculating or plain, all "
+                                                                      "serving the same target model")
+    default_policy: ModelPolicy = Field(ModelPolicy(), description="mode and margin of models not in models")
     models: dict[str, ModelPolicy] = Field(default_factory=dict, description="per-model mode and margin")
-    calibration_file: Path | None = None
-    structure_priors: StructurePriors = StructurePriors()
-    learner_capacity: int = Field(4096, ge=1)
-    affinity_capacity: int = Field(100_000, ge=1)
+    calibration_file: Path | None = Field(None, description="written by draftgate calibrate; until one exists "
+                                                            "the documented defaults apply")
+    structure_priors: StructurePriors = Field(StructurePriors(), description="the estimator's named guesses, for "
+                                                                             "what a request does not say")
+    learner_capacity: int = Field(4096, ge=1, description="request shapes whose observed output split is learned "
+                                                          "(least recently seen forgotten first)")
+    affinity_capacity: int = Field(100_000, ge=1, description="conversations whose pool and replica are remembered, "
+                                                              "to keep their prefix cached (LRU)")
     gate_responses: bool = Field(
         False, description="gate POST /v1/responses as the chat completion it amounts to; off, it is passed "
                            "through to a plain pool like the other /v1 routes")
@@ -108,15 +121,17 @@ class ProxySettings(BaseSettings):
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024,
                                 description="largest request body read, on any route (413 past it)")
     api_keys: list[SecretStr] = Field(default_factory=list, description="accepted client keys; empty: open")
-    admin_token: SecretStr | None = None
+    admin_token: SecretStr | None = Field(None, description="enables POST /draftgate/reload, which must carry it "
+                                                           "as a bearer token; unset: the endpoint is off")
     client_header_timeout: float = Field(
         60.0, gt=0, description="a request's line and headers must all arrive within this of the connection's "
                                 "opening (or of the request's first byte on a kept-alive one), or it is closed, "
-                                "with a 408 if a head had begun; as nginx's client_header_timeout. Read at startup")
+                                "with a 408 if a head had begun; as nginx's client_header_timeout")
     client_body_timeout: float = Field(
         60.0, gt=0, description="the longest a request body may pause between two reads before the request is "
                                 "answered 408; as nginx's client_body_timeout")
-    connect_timeout: float = Field(2.0, gt=0)
+    connect_timeout: float = Field(2.0, gt=0, description="a replica's connection (TCP, and TLS) must open within "
+                                                          "this, or the request fails over")
     first_byte_timeout: float = Field(
         300.0, gt=0, description="a stream's headers, its first event and each event after must come within this")
     answer_timeout: float = Field(
@@ -150,30 +165,30 @@ class ProxySettings(BaseSettings):
         5.0, gt=0, description="how long the first ejection lasts; each further one without a good answer "
                                "between doubles it, up to 60 s")
     scrape_interval: float = Field(2.0, gt=0, description="seconds between reads of a replica's /metrics")
-    log_requests: bool = True
+    log_requests: bool = Field(True, description="one JSON line per request on stdout (docs/logs.md)")
     exploration_share: float = Field(0.02, ge=0.0, le=0.5, description="share sent to the pool not chosen")
     price_per_gpu_hour: float = Field(0.0, ge=0.0, description="for the money-saved counters; 0: not exported")
-    currency: str = Field("USD", min_length=1, max_length=8)
+    currency: str = Field("USD", min_length=1, max_length=8, description="label of the money-saved counters")
     proxy_replicas: int = Field(1, ge=1, description="proxies sharing these pools (counter attribution needs 1)")
     drift_window: int = Field(200, ge=10, description="requests over which predicted-observed drift is averaged")
     tls_ca_file: Path | None = Field(
         None, description="CA bundle that verifies pools served over https (a private CA); default: the "
-                          "system's trust store. Read at startup")
+                          "system's trust store")
     tls_certfile: Path | None = Field(
         None, description="serve https with this certificate chain (PEM), as vLLM's --ssl-certfile; needs "
-                          "tls_keyfile. Read at startup")
+                          "tls_keyfile")
     tls_keyfile: Path | None = Field(None, description="the private key of tls_certfile (PEM)")
     tls_client_certfile: Path | None = Field(
         None, description="the client certificate (PEM) shown to https pools that require one (vLLM's "
-                          "--ssl-cert-reqs 2, mutual TLS); needs tls_client_keyfile. Read at startup")
+                          "--ssl-cert-reqs 2, mutual TLS); needs tls_client_keyfile")
     tls_client_keyfile: Path | None = Field(None, description="the private key of tls_client_certfile (PEM)")
     allowed_origins: list[str] = Field(
         default_factory=lambda: ["*"], description="CORS origins allowed on the answers the proxy makes itself, "
                                                    "as vLLM's --allowed-origins (pools' answers keep their own)")
     allow_credentials: bool = Field(False, description="CORS credentials, as vLLM's --allow-credentials")
     graceful_shutdown_seconds: float = Field(
-        30.0, gt=0, description="after SIGTERM, how long requests in flight may run before they are cut; read at "
-                                "startup. A long reasoning stream needs minutes: the Helm chart sets 120")
+        30.0, gt=0, description="after SIGTERM, how long requests in flight may run before they are cut. A "
+                                "long reasoning stream needs minutes: the Helm chart sets 120")
 
     @field_validator("tls_ca_file")
     @classmethod
@@ -228,6 +243,19 @@ class ProxySettings(BaseSettings):
 
     def policy_for(self, model: str | None) -> ModelPolicy:
         return self.models.get(model or "", self.default_policy)
+
+    def restart_needed(self, running: ProxySettings) -> list[str]:
+        """The keys read at startup whose value here differs from the ``running`` one's:
+        a reload to these settings leaves those as they were."""
+        return [key for key in READ_AT_STARTUP if getattr(self, key) != getattr(running, key)]
+
+
+# Taken once, when the proxy starts: the listening socket, TLS contexts, the
+# server's own timeouts, and the sizes of tables built then. A reload leaves
+# them as they were, and says so.
+READ_AT_STARTUP = ("host", "port", "tls_ca_file", "tls_certfile", "tls_keyfile", "tls_client_certfile",
+                   "tls_client_keyfile", "client_header_timeout", "graceful_shutdown_seconds", "learner_capacity",
+                   "affinity_capacity", "response_holders_capacity", "drift_window", "proxy_replicas")
 
 
 def _usable_pair(cert_name: str, cert: Path | None, key_name: str, key: Path | None, protocol: int) -> None:

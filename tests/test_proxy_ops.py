@@ -183,8 +183,15 @@ def test_reload_endpoint_needs_the_admin_token(tmp_path: Path) -> None:
             config["pools"][0]["speculation"]["gamma"] = 4
             cfg.write_text(yaml.safe_dump(config))
             r = httpx.post(f"{proxy.url}/draftgate/reload", headers={"authorization": "Bearer s3cret"})
-            assert r.status_code == 200 and r.json()["reloaded"]
+            assert r.status_code == 200 and r.json()["reloaded"] and r.json()["restart_needed"] == []
             assert app.state.proxy.gk.pool("spec-on").config.speculation.gamma == 4
+            # a table sized at startup keeps its size: the answer says so, each time, until a restart
+            config["affinity_capacity"] = 10
+            cfg.write_text(yaml.safe_dump(config))
+            for _ in range(2):
+                r = httpx.post(f"{proxy.url}/draftgate/reload", headers={"authorization": "Bearer s3cret"})
+                assert r.status_code == 200 and r.json()["restart_needed"] == ["affinity_capacity"]
+            assert app.state.proxy.gk.affinity.capacity == 100_000
             cfg.write_text("pools: [")
             r = httpx.post(f"{proxy.url}/draftgate/reload", headers={"authorization": "Bearer s3cret"})
             assert r.status_code == 400 and "YAML" in r.json()["error"]["message"]

@@ -20,21 +20,21 @@ class StructurePriors(BaseModel):
     prose_tokens: float = Field(180.0, gt=0, description="a free-prose answer with no other signal")
     prose_after_tool_tokens: float = Field(90.0, gt=0, description="prose answering a tool result")
     reasoning_tokens_default: float = Field(900.0, gt=0, description="thinking on, no effort given")
-    reasoning_tokens_low: float = Field(300.0, gt=0)
-    reasoning_tokens_medium: float = Field(900.0, gt=0)
-    reasoning_tokens_high: float = Field(2500.0, gt=0)
+    reasoning_tokens_low: float = Field(300.0, gt=0, description="reasoning_effort=low")
+    reasoning_tokens_medium: float = Field(900.0, gt=0, description="reasoning_effort=medium")
+    reasoning_tokens_high: float = Field(2500.0, gt=0, description="reasoning_effort=high")
     json_object_tokens: float = Field(60.0, gt=0, description="json_object with no schema")
     regex_tokens: float = Field(16.0, gt=0, description="a regex-constrained answer")
     grammar_tokens: float = Field(64.0, gt=0, description="a grammar- or structural-tag-constrained answer")
     tool_call_wrapper_tokens: float = Field(8.0, ge=0, description="<tool_call> tags and the name/arguments keys")
     # Shapes of values a schema leaves open, in characters.
-    string_value_chars: float = Field(12.0, gt=0)
-    number_value_chars: float = Field(3.0, gt=0)
+    string_value_chars: float = Field(12.0, gt=0, description="a string value without format or length bounds")
+    number_value_chars: float = Field(3.0, gt=0, description="a number value")
     array_items: float = Field(2.0, gt=0, description="items in an array without minItems/maxItems")
     optional_property_share: float = Field(0.3, ge=0, le=1, description="optional keys the model fills")
     open_object_keys: float = Field(2.0, ge=0, description="keys of an object with no properties")
     json_chars_per_token: float = Field(3.0, gt=0, description="JSON tokenises denser than prose")
-    text_chars_per_token: float = Field(4.0, gt=0)
+    text_chars_per_token: float = Field(4.0, gt=0, description="prose: sizes prompts and choice lists")
     # Behaviour under tool_choice=auto.
     p_call_auto: float = Field(0.75, ge=0, le=1, description="a fresh user turn with tools gets a call")
     p_call_after_tool: float = Field(0.45, ge=0, le=1, description="after a tool result, another call")
@@ -57,9 +57,9 @@ class StructurePriors(BaseModel):
         False, description="the pool runs vLLM < 0.12, which still honours guided_* fields"
     )
     # Safety limits on what a client can make the estimator walk.
-    max_schema_depth: int = Field(32, ge=1)
-    max_schema_nodes: int = Field(4000, ge=10)
-    max_tools: int = Field(512, ge=1)
+    max_schema_depth: int = Field(32, ge=1, description="schema nesting walked; deeper is sized from priors")
+    max_schema_nodes: int = Field(4000, ge=10, description="schema nodes walked per schema; the rest from priors")
+    max_tools: int = Field(512, ge=1, description="tools sized per request; the rest are ignored")
 
 
 DEFAULT_PRIORS = StructurePriors()

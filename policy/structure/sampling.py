@@ -25,13 +25,13 @@ class SamplingDefaults(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    temperature: float = Field(1.0, ge=0.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = -1
-    min_p: float = Field(0.0, ge=0.0, le=1.0)
-    repetition_penalty: float = Field(1.0, gt=0.0)
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
+    temperature: float = Field(1.0, ge=0.0, description="the default temperature; acceptance falls as it rises")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling")
+    top_k: int = Field(-1, description="-1: off")
+    min_p: float = Field(0.0, ge=0.0, le=1.0, description="over 0, some vLLM versions will not speculate")
+    repetition_penalty: float = Field(1.0, gt=0.0, description="other than 1, some vLLM versions will not speculate")
+    presence_penalty: float = Field(0.0, description="other than 0, some vLLM versions will not speculate")
+    frequency_penalty: float = Field(0.0, description="other than 0, some vLLM versions will not speculate")
 
 
 QWEN3_DEFAULTS = SamplingDefaults(temperature=0.6, top_p=0.95, top_k=20)
