@@ -20,6 +20,7 @@ import argparse
 import uvicorn
 from starlette.types import Message, Receive, Scope, Send
 
+from proxy.config import load_settings
 from proxy.forwarding import HOP_BY_HOP, downstream_headers
 from proxy.serving import uvicorn_options
 from proxy.upstream import UpstreamClient
@@ -77,7 +78,8 @@ def main() -> None:
     parser.add_argument("--to", required=True, help="the backend's base URL")
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
-    uvicorn.run(Passthrough(args.to.rstrip("/")), host="127.0.0.1", port=args.port, **uvicorn_options())
+    served_as_draftgate = uvicorn_options(load_settings(None, pools=[{"name": "to", "urls": [args.to]}]))
+    uvicorn.run(Passthrough(args.to.rstrip("/")), host="127.0.0.1", port=args.port, **served_as_draftgate)
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ class ServerThread:
     """An ASGI app under uvicorn in a background thread, on a real socket."""
 
     def __init__(self, app: Any, port: int | None = None, options: dict[str, Any] | None = None) -> None:
-        """``options``: more uvicorn.Config settings (the proxy's are ``proxy.serving.uvicorn_options()``)."""
+        """``options``: more uvicorn.Config settings (the proxy's are ``proxy.serving.uvicorn_options``)."""
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         settings = {"log_level": "warning", "access_log": False, **(options or {})}

@@ -130,6 +130,10 @@ class ProxySettings(BaseSettings):
     client_body_timeout: float = Field(
         60.0, gt=0, description="the longest a request body may pause between two reads before the request is "
                                 "answered 408; as nginx's client_body_timeout")
+    keep_alive_timeout: float = Field(
+        75.0, gt=0, description="how long a client's idle kept-alive connection stays open. Longer than any client "
+                                "or load balancer in front keeps one (nginx 60 s, AWS ALB 60 s; Google's load "
+                                "balancers 600 s: set 620 behind them), so that they, not the proxy, close it")
     connect_timeout: float = Field(2.0, gt=0, description="a replica's connection (TCP, and TLS) must open within "
                                                           "this, or the request fails over")
     first_byte_timeout: float = Field(
@@ -254,8 +258,9 @@ class ProxySettings(BaseSettings):
 # server's own timeouts, and the sizes of tables built then. A reload leaves
 # them as they were, and says so.
 READ_AT_STARTUP = ("host", "port", "tls_ca_file", "tls_certfile", "tls_keyfile", "tls_client_certfile",
-                   "tls_client_keyfile", "client_header_timeout", "graceful_shutdown_seconds", "learner_capacity",
-                   "affinity_capacity", "response_holders_capacity", "drift_window", "proxy_replicas")
+                   "tls_client_keyfile", "client_header_timeout", "keep_alive_timeout", "graceful_shutdown_seconds",
+                   "learner_capacity", "affinity_capacity", "response_holders_capacity", "drift_window",
+                   "proxy_replicas")
 
 
 def _usable_pair(cert_name: str, cert: Path | None, key_name: str, key: Path | None, protocol: int) -> None:

@@ -6,16 +6,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from proxy.errors import openai_error_bytes
 
-# nginx's client_header_timeout: long enough for any client that is sending, short
-# enough that abandoned connections do not pile up
-DEFAULT_HEAD_TIMEOUT = 60.0
+if TYPE_CHECKING:
+    from proxy.config import ProxySettings
 
 _OPTIONS: dict[str, Any] = {
     "log_level": "warning",  # the proxy writes its own JSON lines
@@ -28,10 +27,14 @@ _OPTIONS: dict[str, Any] = {
 }
 
 
-def uvicorn_options(head_timeout: float = DEFAULT_HEAD_TIMEOUT) -> dict[str, Any]:
-    """uvicorn.Config settings for the proxy; ``head_timeout`` is ``client_header_timeout``."""
-    protocol = type("HeadDeadlineProtocol", (HeadDeadlineProtocol,), {"head_timeout": head_timeout})
-    return {**_OPTIONS, "http": protocol}
+def uvicorn_options(settings: ProxySettings) -> dict[str, Any]:
+    """uvicorn.Config settings for the proxy, from its own."""
+    protocol = type("HeadDeadlineProtocol", (HeadDeadlineProtocol,), {"head_timeout": settings.client_header_timeout})
+    # Whoever holds a kept-alive connection longer must be the one to close it: a
+    # server that closes first can do so just as the client (or a load balancer,
+    # which holds its backend connections 60 s) sends the next request on it, and
+    # that request fails. uvicorn's own default is 5 s.
+    return {**_OPTIONS, "http": protocol, "timeout_keep_alive": settings.keep_alive_timeout}
 
 
 class HeadDeadlineProtocol(HttpToolsProtocol):
@@ -50,7 +53,7 @@ class HeadDeadlineProtocol(HttpToolsProtocol):
     written a request on it.
     """
 
-    head_timeout: float = DEFAULT_HEAD_TIMEOUT
+    head_timeout: float = 60.0  # client_header_timeout's default; uvicorn_options sets the configured one
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

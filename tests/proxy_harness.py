@@ -63,7 +63,7 @@ def container_health_check(port: int) -> int:
 
 def proxy_server(app: Any) -> ServerThread:
     """The proxy app under uvicorn with the options ``draftgate serve`` uses."""
-    return ServerThread(app, options=uvicorn_options(app.state.proxy.gk.settings.client_header_timeout))
+    return ServerThread(app, options=uvicorn_options(app.state.proxy.gk.settings))
 
 
 def proxy_settings(on_url: str, off_url: str, **overrides: Any):  # type: ignore[no-untyped-def]

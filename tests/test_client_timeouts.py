@@ -84,6 +84,24 @@ def test_a_kept_alive_connection_that_begins_a_head_and_stalls_gets_408(proxy: S
     assert second, "the stalled second head got no 408"
 
 
+def test_an_idle_kept_alive_connection_outlives_uvicorns_five_seconds(proxy: Stack) -> None:
+    """Clients and load balancers keep idle connections for a minute and reuse them. A
+    server that closes one first (uvicorn's default: after 5 s) can close it just as a
+    request goes out on it, and that request fails; the proxy leaves the closing to them."""
+    health = b"GET /health HTTP/1.1\r\nhost: proxy\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", proxy.proxy.port)) as sock:
+        sock.settimeout(10)
+        for pause in (0.0, 5.5):
+            time.sleep(pause)
+            sock.sendall(health)
+            answer = b""
+            while b'"status":"ok"' not in answer:
+                chunk = sock.recv(4096)
+                assert chunk, f"the proxy closed the connection after {pause} s idle"
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.1 200")
+
+
 @pytest.mark.parametrize("path", [b"/v1/chat/completions", b"/v1/embeddings"], ids=["gated", "passed-through"])
 def test_a_stalled_body_is_answered_408_and_the_proxy_keeps_serving(proxy: Stack, path: bytes) -> None:
     before = proxy.metric("draftgate_requests_total", status="408")

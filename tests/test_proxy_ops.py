@@ -93,7 +93,7 @@ def test_serve_process_quick_start_and_sighup_reload(tmp_path: Path) -> None:
         cfg = tmp_path / "draftgate.yaml"
         config = {"pools": [{"name": "spec-on", "urls": [on.url], "speculation": {"gamma": 8}},
                             {"name": "spec-off", "urls": [off.url]}],
-                  "models": {MODEL: {"mode": "always_off"}}, "client_header_timeout": 0.5}
+                  "models": {MODEL: {"mode": "always_off"}}, "client_header_timeout": 0.5, "keep_alive_timeout": 0.5}
         cfg.write_text(yaml.safe_dump(config))
         body = {"model": MODEL, "messages": USER, "tool_choice": "required", "temperature": 0,
                 "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]}
@@ -115,6 +115,17 @@ def test_serve_process_quick_start_and_sighup_reload(tmp_path: Path) -> None:
                 sock.sendall(b"GET /health HTTP/1.1\r\n")
                 sock.settimeout(10)
                 assert sock.recv(100).startswith(b"HTTP/1.1 408")
+            with socket.create_connection(("127.0.0.1", proxy.port)) as sock:  # and its keep-alive timeout
+                sock.sendall(b"GET /health HTTP/1.1\r\nhost: p\r\n\r\n")
+                sock.settimeout(10)
+                answer = b""
+                while b'"status":"ok"' not in answer:  # uvicorn writes the head and the body apart
+                    chunk = sock.recv(4096)
+                    assert chunk, answer
+                    answer += chunk
+                assert answer.startswith(b"HTTP/1.1 200")
+                started = time.monotonic()
+                assert sock.recv(4096) == b"" and time.monotonic() - started < 3  # closed once idle 0.5 s
         with ServerProcess(["serve", "--spec-on", on.url, "--spec-off", off.url]) as proxy:
             assert httpx.post(f"{proxy.url}/v1/chat/completions", json=body).status_code == 200
 

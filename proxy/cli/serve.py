@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     config = uvicorn.Config(app, host=settings.host, port=settings.port, timeout_graceful_shutdown=grace,
                             ssl_certfile=settings.tls_certfile, ssl_keyfile=settings.tls_keyfile,
                             log_config=None,  # logs.configure formats uvicorn's lines
-                            **uvicorn_options(settings.client_header_timeout))
+                            **uvicorn_options(settings))
     server = SignalAwareServer(config, on_signal=lambda: app.state.proxy.shutdown.begin(grace))
     server.run()
     return 0 if server.started else 3  # as uvicorn.run exits when it could not start (a port in use)
