@@ -5,6 +5,7 @@ return only once the server answers ``/health``."""
 from __future__ import annotations
 
 import os
+import resource
 import socket
 import ssl
 import subprocess
@@ -84,8 +85,9 @@ class ServerProcess:
     """``draftgate <subcommand> ...`` as a child process (or ``python -m <module> ...``)."""
 
     def __init__(self, args: list[str], port: int | None = None, health_timeout: float = 60.0,
-                 module: str = "proxy.cli.main", ca_file: str | None = None) -> None:
-        """``ca_file``: the server serves https with a certificate this CA bundle verifies."""
+                 module: str = "proxy.cli.main", ca_file: str | None = None, open_files: int | None = None) -> None:
+        """``ca_file``: the server serves https with a certificate this CA bundle verifies.
+        ``open_files``: the soft open-files limit the process starts with, as a container runtime sets it."""
         self.port = port or free_port()
         self.url = f"{'https' if ca_file else 'http'}://127.0.0.1:{self.port}"
         self.verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca_file) if ca_file else True
@@ -94,17 +96,24 @@ class ServerProcess:
         self.process: subprocess.Popen[str] | None = None
         # a file, not a pipe: a chatty server must never block on a full pipe
         self.log = tempfile.NamedTemporaryFile("w+", prefix="draftgate-", suffix=".log", delete=False)
+        self.open_files = open_files
 
     def __enter__(self) -> ServerProcess:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.process = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT, text=True, env=env,
-                                        preexec_fn=_die_with_parent)
+                                        preexec_fn=self._in_child)
         try:
             wait_healthy(self.url, self.health_timeout, self.process, self.verify)
         except Exception:
             self.__exit__()
             raise
         return self
+
+    def _in_child(self) -> None:
+        _die_with_parent()
+        if self.open_files is not None:
+            _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (self.open_files, hard))
 
     def output(self) -> str:
         """Everything the process has printed so far."""

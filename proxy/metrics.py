@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+)
 from prometheus_client.metrics import MetricWrapperBase
 
 disable_created_metrics()
@@ -57,6 +65,10 @@ class ProxyMetrics:
     def __init__(self) -> None:
         self._models: set[str] = set()
         r = self.registry = CollectorRegistry()
+        # what every Prometheus client exports by default: memory, CPU, descriptors against
+        # their limit (proxy/open_files.py), start time, and the Python version
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
         self.requests = Counter("draftgate_requests", "Requests answered, by model, route and HTTP status.",
                                 ["model", "route", "status"], registry=r)
         self.decisions = Counter("draftgate_decisions", "Gate decisions, by route and deciding reason.",

@@ -130,6 +130,27 @@ def test_serve_process_quick_start_and_sighup_reload(tmp_path: Path) -> None:
             assert httpx.post(f"{proxy.url}/v1/chat/completions", json=body).status_code == 200
 
 
+def test_serve_takes_the_hard_open_files_limit_so_connections_do_not_starve_accept() -> None:
+    """Container runtimes start processes with a soft limit of 1,024 descriptors; past it
+    accept() fails and new clients are turned away. The proxy raises it to the hard limit at start."""
+    with emulator(25, True) as on, emulator(25, False) as off, \
+            ServerProcess(["serve", "--spec-on", on.url, "--spec-off", off.url], open_files=256) as proxy:
+        row = next(line for line in Path(f"/proc/{proxy.process.pid}/limits").read_text().splitlines()
+                   if line.startswith("Max open files"))
+        soft, hard = row.split()[3:5]
+        assert soft == hard, row
+        assert "open files limit raised from 256 to" in proxy.output()
+        assert metric_value(httpx.get(f"{proxy.url}/metrics").text, "process_max_fds") == float(hard)
+        idle = [socket.create_connection(("127.0.0.1", proxy.port)) for _ in range(400)]
+        try:  # more connections than the limit the proxy was started with, and one more request
+            assert httpx.post(f"{proxy.url}/v1/chat/completions", json={"model": MODEL, "messages": USER},
+                              timeout=10).status_code == 200
+            assert metric_value(httpx.get(f"{proxy.url}/metrics").text, "process_open_fds") > 400
+        finally:
+            for sock in idle:
+                sock.close()
+
+
 def test_sigterm_lets_requests_in_flight_finish_within_the_grace(tmp_path: Path) -> None:
     """A rollout sends SIGTERM: the proxy refuses new connections at once and lets
     requests in flight run to their end. What would outlast graceful_shutdown_seconds

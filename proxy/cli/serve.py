@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from proxy import logs
     from proxy.app import create_app
     from proxy.config import ConfigError, load_settings
+    from proxy.open_files import raise_open_files_limit
     from proxy.serving import SignalAwareServer, uvicorn_options
 
     if not args.config and not (args.spec_on or args.spec_off):
@@ -68,6 +69,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"draftgate: configuration ok: would serve on {where}", flush=True)
         return 0
     logs.configure(args.log_level)
+    before, after = raise_open_files_limit()
+    if after != before:
+        print(f"draftgate: open files limit raised from {before} to {after}", flush=True)
     print(f"draftgate: serving on {where}", flush=True)
     # On SIGTERM uvicorn stops accepting at once and lets requests in flight finish, up to
     # the grace; the proxy ends what still runs just before that (proxy/shutdown.py).
