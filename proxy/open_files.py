@@ -4,11 +4,12 @@ Each request in flight holds two descriptors, the client's connection and the
 replica's, and idle kept-alive connections hold more. containerd 2 (and so
 Docker Engine 29, and Kubernetes nodes running it) no longer raises the limit
 for containers, which now start with systemd's 1,024 soft and 524,288 hard.
-Go raises its soft limit to the hard one at start; Python does not. A proxy left at 1,024 in front
-of a few replicas with ``max_num_seqs`` 256 runs out at about 500 requests in
-flight, and then ``accept()`` fails: every new client waits until some
-connection closes. The hard limit is the operator's word on what the process
-may use, so the proxy takes it, and ``process_max_fds`` says what it got.
+Go raises its soft limit to the hard one at start; Python does not. A proxy
+left at 1,024 in front of a few replicas with ``max_num_seqs`` 256 runs out at
+about 500 requests in flight, and then ``accept()`` fails: new clients are
+turned away until connections close. The hard limit is the operator's word on
+what the process may use, so the proxy takes it, and ``process_max_fds`` says
+what it got.
 """
 
 from __future__ import annotations
