@@ -49,22 +49,64 @@ async def read_body(request: Request, limit: int, patience: float) -> bytes:
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BadRequest(413, f"request body exceeds {limit} bytes")
     chunks, size = [], 0
-    loop = asyncio.get_running_loop()
+    pause = _PauseDeadline(patience)
     try:
-        async with asyncio.timeout(patience) as pause:
-            async for chunk in request.stream():
-                pause.reschedule(loop.time() + patience)
-                size += len(chunk)
-                if size > limit:
-                    raise BadRequest(413, f"request body exceeds {limit} bytes")
-                chunks.append(chunk)
+        async for chunk in request.stream():
+            pause.read()
+            size += len(chunk)
+            if size > limit:
+                raise BadRequest(413, f"request body exceeds {limit} bytes")
+            chunks.append(chunk)
     except ClientDisconnect:
         # a client gone mid-upload (a timeout, a dropped link) is no fault of the proxy's:
         # counted as 499, as nginx names it, never logged as an error
         raise BadRequest(499, "the client disconnected while sending the request") from None
-    except TimeoutError:
+    except asyncio.CancelledError:
+        if not pause.expired():
+            raise
         raise BadRequest(408, f"the request body paused for over {patience:g} s", closes=True) from None
+    finally:
+        pause.close()
     return b"".join(chunks)
+
+
+class _PauseDeadline:
+    """Cancels the reading task once ``patience`` seconds pass without a read.
+
+    One timer per body, moved only when it fires early: a body nearly always
+    comes in one read, and ``asyncio.timeout`` with a reschedule per read cost
+    twice as much on every request.
+    """
+
+    __slots__ = ("loop", "task", "patience", "last_read", "_expired", "_cancelling", "timer")
+
+    def __init__(self, patience: float) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.task = asyncio.current_task()
+        self.patience = patience
+        self.last_read = self.loop.time()
+        self._expired = False
+        self._cancelling = self.task.cancelling() if self.task is not None else 0
+        self.timer = self.loop.call_at(self.last_read + patience, self._check)
+
+    def read(self) -> None:
+        self.last_read = self.loop.time()
+
+    def expired(self) -> bool:
+        """Whether the task was cancelled by this deadline alone (as ``asyncio.timeout`` tells:
+        a cancellation from elsewhere as well must go on); if so, the cancellation is taken back."""
+        return self._expired and self.task is not None and self.task.uncancel() <= self._cancelling
+
+    def close(self) -> None:
+        self.timer.cancel()
+
+    def _check(self) -> None:
+        due = self.last_read + self.patience
+        if self.loop.time() < due:  # a read came meanwhile: wait out the rest
+            self.timer = self.loop.call_at(due, self._check)
+        elif self.task is not None:
+            self._expired = True
+            self.task.cancel()
 
 
 async def read_json(request: Request, limit: int, patience: float) -> tuple[bytes, Any]:
