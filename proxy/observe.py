@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policy.structure import ObservedStructure, TextParts, measure_parts
+from proxy.large_answers import LARGE_ANSWER_BYTES, answer_skeleton
 
 
 def parse_json(raw: bytes) -> Any:
@@ -66,7 +67,16 @@ class Observation:
             self.spec = metrics["speculative_decoding"]
 
     def feed_bytes(self, raw: bytes) -> None:
-        self.feed(parse_json(raw))
+        """A whole non-streamed body. A large one (logprobs, mostly) is read in part
+        (``proxy/large_answers.py``): parsed whole, it would stall every stream."""
+        if len(raw) <= LARGE_ANSWER_BYTES:
+            self.feed(parse_json(raw))
+        elif self.reshape is None:
+            self.feed(answer_skeleton(raw))
+        else:  # a Responses body has other keys: only its id is taken, to know where it is stored
+            skeleton = answer_skeleton(raw)
+            if skeleton is not None and isinstance(rid := skeleton.get("id"), str):
+                self.response_id = rid[:200]
 
     def measured(self, body: Any) -> ObservedStructure:
         return measure_parts(body, self.parts)

@@ -1,0 +1,101 @@
+"""A large answer is measured from its parts alone, and measures as the whole would."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from policy.structure import TextParts
+from proxy.large_answers import LARGE_ANSWER_BYTES, answer_skeleton
+from tests.proxy_harness import metric_value, stack, wait_until
+
+MODEL = "Qwen/Qwen3-32B"
+
+
+def parts_of(answer: Any) -> TextParts:
+    parts = TextParts()
+    parts.add_chunk(answer)
+    return parts
+
+
+def logprobs(tokens: list[str], top: int) -> dict[str, Any]:
+    def entry(token: str) -> dict[str, Any]:
+        return {"token": token, "logprob": -0.25, "bytes": list(token.encode())}
+    return {"content": [{**entry(t), "top_logprobs": [entry(t + str(k)) for k in range(top)]} for t in tokens]}
+
+
+def chat_answer(messages: list[dict[str, Any]], tokens: list[str], top: int = 3) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": MODEL,
+        "choices": [{"index": i, "message": m, "logprobs": logprobs(tokens, top), "finish_reason": "stop",
+                     "stop_reason": None} for i, m in enumerate(messages)],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 345, "total_tokens": 357,
+                  "prompt_tokens_details": {"cached_tokens": 4}},
+        "prompt_logprobs": None,
+        "metrics": {"speculative_decoding": {"num_spec_steps": 10, "num_accepted_draft_tokens": 17}},
+    }
+
+
+def assert_reads_alike(answer: dict[str, Any], **dumps: Any) -> None:
+    raw = json.dumps(answer, **dumps).encode()
+    skeleton = answer_skeleton(raw)
+    assert skeleton is not None
+    assert parts_of(skeleton) == parts_of(answer)
+    for key in ("id", "usage", "metrics"):
+        assert skeleton.get(key) == answer.get(key), key
+
+
+def test_a_chat_answer_with_tool_calls_reasoning_and_two_choices_reads_as_parsed_whole() -> None:
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Paris", "note": "\\"message\\": no"}'}}
+    messages = [{"role": "assistant", "content": None, "reasoning": "the user wants weather", "tool_calls": [call]},
+                {"role": "assistant", "content": 'a "message": inside, and "usage": too', "tool_calls": []}]
+    assert_reads_alike(chat_answer(messages, [" tok"] * 200))
+    assert_reads_alike(chat_answer(messages, [" tok"] * 200), separators=(",", ":"), ensure_ascii=False)
+
+
+def test_a_completions_answer_reads_as_parsed_whole() -> None:
+    answer = {"id": "cmpl-1", "object": "text_completion", "model": MODEL,
+              "choices": [{"index": 0, "text": "once upon a time", "finish_reason": "length",
+                           "logprobs": {"text_offset": [0, 4], "token_logprobs": [-0.1, -0.2],
+                                        "tokens": ["once", " upon"], "top_logprobs": [{"once": -0.1}]}}],
+              "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}}
+    assert_reads_alike(answer)
+
+
+@settings(max_examples=150, deadline=None)
+@given(contents=st.lists(st.text(max_size=40), min_size=1, max_size=3),
+       tokens=st.lists(st.text(max_size=8), max_size=12), compact=st.booleans())
+def test_any_texts_read_as_parsed_whole(contents: list[str], tokens: list[str], compact: bool) -> None:
+    """Quotes, backslashes, key-like runs and any Unicode in the text or the logprobs."""
+    messages = [{"role": "assistant", "content": c, "reasoning": c[::-1]} for c in contents]
+    dumps = {"separators": (",", ":"), "ensure_ascii": False} if compact else {}
+    assert_reads_alike(chat_answer(messages, tokens), **dumps)
+
+
+def test_bytes_that_are_not_utf8_or_not_whole_give_nothing_or_what_is_there() -> None:
+    assert answer_skeleton(b'{"id": "x\xff"}') is None
+    cut = json.dumps(chat_answer([{"role": "assistant", "content": "hi"}], [" a"] * 50)).encode()[:400]
+    skeleton = answer_skeleton(cut)
+    assert skeleton is not None and skeleton["id"] == "chatcmpl-1" and "usage" not in skeleton
+
+
+def test_a_large_answer_through_the_proxy_is_measured_in_full() -> None:
+    """Logprobs make the answer large: it is read in part, and its tokens are all counted."""
+    with stack(61) as s:
+        answer = httpx.post(f"{s.proxy.url}/v1/chat/completions", timeout=60, json={
+            "model": MODEL, "messages": [{"role": "user", "content": "tell me a long story"}],
+            "max_tokens": 400, "logprobs": True, "top_logprobs": 20})
+        assert answer.status_code == 200
+        assert len(answer.content) > LARGE_ANSWER_BYTES  # else this tests the whole parse
+        route = answer.headers["x-draftgate-route"]
+        generated = answer.json()["usage"]["completion_tokens"]
+
+        def counted() -> float:  # recorded once the answer has gone: a moment later
+            text = httpx.get(f"{s.proxy.url}/metrics").text
+            return sum(metric_value(text, "draftgate_output_tokens_total", pool=route, token_class=c) for c in "srf")
+        assert wait_until(lambda: abs(counted() - generated) < 1e-6), (counted(), generated)
