@@ -78,17 +78,7 @@ class Proxy:
         self.holders = ResponseHolders(settings.response_holders_capacity)
         self.pass_through = PassThrough(self.gk, self.upstream, self.catalog, self.holders)
         self.shutdown = Shutdown(self.upstream)
-        self.warn_about_attribution(settings)
-
-    @staticmethod
-    def warn_about_attribution(settings: ProxySettings) -> None:
-        blind = [p.name for p in settings.pools if p.speculation is not None and not p.per_request_metrics]
-        if blind and settings.proxy_replicas > 1:
-            log.warning(
-                "pools %s give no per-request speculation metrics and %d proxies share them: per-class tau "
-                "attributed from their counters by one proxy is unsound; run them with "
-                "--per-request-spec-decode-metrics, or regress in Prometheus over draftgate_output_tokens_total",
-                ", ".join(blind), settings.proxy_replicas)
+        self.recorder.warn_if_attribution_unsound()
 
     # ------------------------------------------------------------ gated routes
 

@@ -51,6 +51,17 @@ class Recorder:
         self.started = time.time()
         self.told_no_usage: set[str] = set()  # pools whose streams came without usage, once told
 
+    def warn_if_attribution_unsound(self) -> None:
+        """At startup: tau attributed from a pool's counters is sound only while one proxy sees all its traffic."""
+        settings = self.gk.settings
+        blind = [p.name for p in settings.pools if p.speculation is not None and not p.per_request_metrics]
+        if blind and settings.proxy_replicas > 1:
+            log.warning(
+                "pools %s give no per-request speculation metrics and %d proxies share them: per-class tau "
+                "attributed from their counters by one proxy is unsound; run them with "
+                "--per-request-spec-decode-metrics, or regress in Prometheus over draftgate_output_tokens_total",
+                ", ".join(blind), settings.proxy_replicas)
+
     # ------------------------------------------------------------ per request
 
     def finish(self, plan: Plan, upstream: Upstream | None, observation: Observation, status: int,
