@@ -127,6 +127,9 @@ class ProxySettings(BaseSettings):
         60.0, gt=0, description="a request's line and headers must all arrive within this of the connection's "
                                 "opening (or of the request's first byte on a kept-alive one), or it is closed, "
                                 "with a 408 if a head had begun; as nginx's client_header_timeout")
+    max_head_bytes: int = Field(
+        64 * 1024, ge=4096, description="the largest request line and headers read (431 past it): uvicorn takes "
+                                        "any size, and a client could exhaust the proxy's memory with one header")
     client_body_timeout: float = Field(
         60.0, gt=0, description="the longest a request body may pause between two reads before the request is "
                                 "answered 408; as nginx's client_body_timeout")
@@ -258,9 +261,9 @@ class ProxySettings(BaseSettings):
 # server's own timeouts, and the sizes of tables built then. A reload leaves
 # them as they were, and says so.
 READ_AT_STARTUP = ("host", "port", "tls_ca_file", "tls_certfile", "tls_keyfile", "tls_client_certfile",
-                   "tls_client_keyfile", "client_header_timeout", "keep_alive_timeout", "graceful_shutdown_seconds",
-                   "learner_capacity", "affinity_capacity", "response_holders_capacity", "drift_window",
-                   "proxy_replicas")
+                   "tls_client_keyfile", "client_header_timeout", "max_head_bytes", "keep_alive_timeout",
+                   "graceful_shutdown_seconds", "learner_capacity", "affinity_capacity", "response_holders_capacity",
+                   "drift_window", "proxy_replicas")
 
 
 def _usable_pair(cert_name: str, cert: Path | None, key_name: str, key: Path | None, protocol: int) -> None:

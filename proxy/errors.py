@@ -9,8 +9,8 @@ from starlette.responses import JSONResponse
 _TYPES = {
     400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
     405: "invalid_request_error", 408: "invalid_request_error", 413: "invalid_request_error",
-    415: "invalid_request_error", 429: "rate_limit_error", 499: "client_closed", 500: "server_error",
-    502: "upstream_error", 503: "service_unavailable", 504: "upstream_timeout",
+    415: "invalid_request_error", 429: "rate_limit_error", 431: "invalid_request_error", 499: "client_closed",
+    500: "server_error", 502: "upstream_error", 503: "service_unavailable", 504: "upstream_timeout",
 }
 
 

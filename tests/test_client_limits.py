@@ -1,7 +1,9 @@
-"""A client that stalls mid-request is cut off; one that is merely slow is served.
+"""A client that stalls mid-request, or sends a head too large, is cut off; one
+that is merely slow is served.
 
 Raw sockets against the proxy under uvicorn, because what is tested is what
-happens below any HTTP client: a head or a body that stops arriving.
+happens below any HTTP client: a head or a body that stops arriving, a head
+that does not stop.
 """
 
 from __future__ import annotations
@@ -16,14 +18,14 @@ import pytest
 
 from tests.proxy_harness import Stack, stack
 
-HEAD_TIMEOUT, BODY_TIMEOUT = 0.5, 0.6
+HEAD_TIMEOUT, BODY_TIMEOUT, MAX_HEAD = 0.5, 0.6, 16 * 1024
 CHAT = json.dumps({"model": "Qwen/Qwen3-32B", "messages": [{"role": "user", "content": "hi"}],
                    "max_tokens": 4}).encode()
 
 
 @pytest.fixture(scope="module")
 def proxy() -> Iterator[Stack]:
-    with stack(client_header_timeout=HEAD_TIMEOUT, client_body_timeout=BODY_TIMEOUT) as s:
+    with stack(client_header_timeout=HEAD_TIMEOUT, client_body_timeout=BODY_TIMEOUT, max_head_bytes=MAX_HEAD) as s:
         yield s
 
 
@@ -82,6 +84,21 @@ def test_a_kept_alive_connection_that_begins_a_head_and_stalls_gets_408(proxy: S
     first, _, second = answer.partition(b"HTTP/1.1 408")
     assert first.startswith(b"HTTP/1.1 200") and b'"status":"ok"' in first
     assert second, "the stalled second head got no 408"
+
+
+def test_a_head_over_the_limit_is_answered_431_and_the_proxy_keeps_serving(proxy: Stack) -> None:
+    """uvicorn takes a head of any size: a client could exhaust the proxy's memory with one header."""
+    answer, _ = exchange(proxy, (0, b"GET /health HTTP/1.1\r\nhost: proxy\r\nx-big: " + b"a" * (MAX_HEAD + 8192)))
+    status, headers, error = error_of(answer)
+    assert status == 431 and headers["connection"] == "close"
+    assert error["error"]["type"] == "invalid_request_error" and str(MAX_HEAD) in error["error"]["message"]
+    assert httpx.get(f"{proxy.proxy.url}/health").status_code == 200
+
+
+def test_a_head_under_the_limit_sent_in_pieces_is_served(proxy: Stack) -> None:
+    head = b"GET /health HTTP/1.1\r\nhost: proxy\r\nconnection: close\r\nx-big: " + b"a" * (MAX_HEAD - 2048)
+    answer, _ = exchange(proxy, (0, head[:5000]), (0.05, head[5000:10000]), (0.05, head[10000:] + b"\r\n\r\n"))
+    assert answer.startswith(b"HTTP/1.1 200")
 
 
 def test_an_idle_kept_alive_connection_outlives_uvicorns_five_seconds(proxy: Stack) -> None:
