@@ -10,9 +10,12 @@ proxy killed for memory, and every request in flight with it.
 
 Here a head must be whole within ``head_timeout`` of the connection's opening,
 or of its first byte on a kept-alive connection (before that, uvicorn's own
-keep-alive timeout closes an idle one), and within ``max_head_bytes``. A head
-cut short is answered 408, and one too large 431, each in the OpenAI shape,
-and the connection is closed. A connection that sent nothing is just closed,
+keep-alive timeout closes an idle one), and within ``max_head_bytes``: once
+that many bytes have come without the head's end, it is refused. (A head that
+ends in the read that crosses the limit passes: the bound is the limit plus one
+read, 256 KiB, and counting only unfinished heads keeps every ordinary request
+free of it.) A head cut short is answered 408, and one too large 431, each in
+the OpenAI shape, and the connection is closed. A connection that sent nothing is just closed,
 as uvicorn closes an idle kept-alive one, because a client may have just
 written a request on it.
 """

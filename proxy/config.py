@@ -128,8 +128,10 @@ class ProxySettings(BaseSettings):
                                 "opening (or of the request's first byte on a kept-alive one), or it is closed, "
                                 "with a 408 if a head had begun; as nginx's client_header_timeout")
     max_head_bytes: int = Field(
-        64 * 1024, ge=4096, description="the largest request line and headers read (431 past it): uvicorn takes "
-                                        "any size, and a client could exhaust the proxy's memory with one header")
+        64 * 1024, ge=4096, description="the request line and headers may reach this before their end has come "
+                                        "(431 past it; one that ends in the read that crosses it passes, so the "
+                                        "bound is this plus a read, 256 KiB): uvicorn takes any size, and one "
+                                        "header could exhaust the proxy's memory")
     client_body_timeout: float = Field(
         60.0, gt=0, description="the longest a request body may pause between two reads before the request is "
                                 "answered 408; as nginx's client_body_timeout")
