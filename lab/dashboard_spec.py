@@ -11,6 +11,8 @@ from typing import Any
 M = '{model=~"$model"}'
 MP = '{model=~"$model", pool=~"$pool"}'
 R = "$__rate_interval"
+# vLLM exports process_* too: joined on a series only the proxy exports, these are the proxy's
+PROXY = "group by (job, instance) (draftgate_pool_healthy_replicas)"
 
 # (title, unit, [(legend, expr)], description)
 PANELS: list[tuple[str, str, list[tuple[str, str]], str]] = [
@@ -70,6 +72,13 @@ PANELS: list[tuple[str, str, list[tuple[str, str]], str]] = [
         ("ejections {{pool}}", f'sum by (pool) (rate(draftgate_replica_ejections_total[{R}]))'),
     ], "Non-200 answers, requests retried on another pool, and replicas taken out of rotation for failing "
        "their answers."),
+    ("Proxy memory", "bytes", [
+        ("{{instance}}", f"process_resident_memory_bytes and on (job, instance) {PROXY}"),
+    ], "Resident memory of each proxy replica. Its tables are bounded, so it levels off once they fill."),
+    ("Proxy open files, share of the limit", "percentunit", [
+        ("{{instance}}", f"process_open_fds / process_max_fds and on (job, instance) {PROXY}"),
+    ], "Each request in flight holds two descriptors (alert above 80%). The proxy takes the container's hard "
+       "limit at start."),
     ("Drift and calibration", "short", [
         ("drift {{pool}}", f'draftgate_saving_drift_ratio{MP}'),
         ("on defaults", f'max(draftgate_calibration_is_default{M})'),
