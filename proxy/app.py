@@ -45,10 +45,15 @@ from proxy.monitor import Monitor
 from proxy.observe import Observation, parse_json
 from proxy.passthrough import PassThrough
 from proxy.recorder import Recorder
+from proxy.relay import client_wants_usage, relay_events
 from proxy.request_body import BadRequest, read_body, read_json, validate
 from proxy.shutdown import Shutdown, shutting_down_error, shutting_down_event
-from proxy.stored_responses import CREATE_PATH, ResponseHolders, continued_response_id, stored
-from proxy.relay import client_wants_usage, relay_events
+from proxy.stored_responses import (
+    CREATE_PATH,
+    ResponseHolders,
+    continued_response_id,
+    stored,
+)
 from proxy.upstream import UpstreamAborted, UpstreamClient, UpstreamError
 
 log = logging.getLogger("draftgate.proxy")
