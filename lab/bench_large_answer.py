@@ -5,9 +5,11 @@
 A non-streamed answer is measured on the event loop after it has gone, and
 while that runs, every stream through the proxy waits. Answers with logprobs
 are large; ``proxy/large_answers.py`` reads only the messages, usage and
-metrics of one over 64 KiB. This prints, for vLLM-shaped chat answers with
+metrics of one over 64 KiB, and parses a Responses answer without its
+logprobs. This prints, for vLLM-shaped chat and Responses answers with
 logprobs, the median time of ``json.loads`` of the whole body beside that of
-``answer_skeleton``, in the same run.
+the reading the proxy does (``answer_skeleton``, ``responses_answer``), in the
+same run.
 """
 
 from __future__ import annotations
@@ -18,17 +20,30 @@ import statistics
 import time
 from typing import Any
 
-from proxy.large_answers import LARGE_ANSWER_BYTES, answer_skeleton
+from proxy.large_answers import LARGE_ANSWER_BYTES, answer_skeleton, responses_answer
+
+
+def token_logprobs(tokens: int, top: int) -> list[dict[str, Any]]:
+    def entry(token: str) -> dict[str, Any]:
+        return {"token": token, "logprob": -0.123456, "bytes": list(token.encode())}
+    return [{**entry(f" w{i}"), "top_logprobs": [entry(f" a{k}") for k in range(top)]} for i in range(tokens)]
 
 
 def chat_answer(tokens: int, top: int) -> bytes:
-    def entry(token: str) -> dict[str, Any]:
-        return {"token": token, "logprob": -0.123456, "bytes": list(token.encode())}
-    content = [{**entry(f" w{i}"), "top_logprobs": [entry(f" a{k}") for k in range(top)]} for i in range(tokens)]
+    content = token_logprobs(tokens, top)
     answer = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "Qwen/Qwen3-32B",
               "choices": [{"index": 0, "logprobs": {"content": content}, "finish_reason": "length",
                            "message": {"role": "assistant", "content": "".join(e["token"] for e in content)}}],
               "usage": {"prompt_tokens": 20, "completion_tokens": tokens, "total_tokens": tokens + 20}}
+    return json.dumps(answer, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def responses_body(tokens: int, top: int) -> bytes:
+    content = token_logprobs(tokens, top)
+    text = {"type": "output_text", "text": "".join(e["token"] for e in content), "annotations": [], "logprobs": content}
+    answer = {"id": "resp_1", "created_at": 1, "object": "response", "model": "Qwen/Qwen3-32B", "output": [
+        {"id": "msg_1", "type": "message", "role": "assistant", "status": "incomplete", "content": [text]}],
+        "tools": [], "top_logprobs": top, "usage": {"input_tokens": 20, "output_tokens": tokens}}
     return json.dumps(answer, separators=(",", ":"), ensure_ascii=False).encode()
 
 
@@ -45,13 +60,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    print(f"{'answer':>28} {'size':>8} {'json.loads':>11} {'read in part':>13} {'ratio':>6}  the proxy")
-    for tokens, top in ((512, 0), (1024, 5), (4096, 5), (8192, 20)):
-        raw = chat_answer(tokens, top)
-        whole, part = median_ms(json.loads, raw, args.rounds), median_ms(answer_skeleton, raw, args.rounds)
-        label = f"{tokens} tokens, top_logprobs {top}"
-        used = "reads it in part" if len(raw) > LARGE_ANSWER_BYTES else "parses it whole"
-        print(f"{label:>28} {len(raw) / 1e6:>6.2f}MB {whole:>9.1f}ms {part:>11.2f}ms {whole / part:>6.0f}x  {used}")
+    print(f"{'answer':>38} {'size':>8} {'json.loads':>11} {'read in part':>13} {'ratio':>6}  the proxy")
+    responses_answer(b'{"logprobs": []}')  # the pattern it skips logprobs with compiles on first use: not timed
+    for api, shape, reader in (("chat", chat_answer, answer_skeleton), ("responses", responses_body, responses_answer)):
+        for tokens, top in ((512, 0), (1024, 5), (4096, 5), (8192, 20)):
+            raw = shape(tokens, top)
+            whole, part = median_ms(json.loads, raw, args.rounds), median_ms(reader, raw, args.rounds)
+            label = f"{api}: {tokens} tokens, top_logprobs {top}"
+            used = "reads it in part" if len(raw) > LARGE_ANSWER_BYTES else "parses it whole"
+            print(f"{label:>38} {len(raw) / 1e6:>6.2f}MB {whole:>9.1f}ms {part:>11.2f}ms {whole / part:>6.1f}x  {used}")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policy.structure import ObservedStructure, TextParts, measure_parts
-from proxy.large_answers import LARGE_ANSWER_BYTES, answer_skeleton
+from proxy.large_answers import LARGE_ANSWER_BYTES, answer_skeleton, responses_answer
 
 
 def parse_json(raw: bytes) -> Any:
@@ -67,13 +67,17 @@ class Observation:
             self.spec = metrics["speculative_decoding"]
 
     def feed_bytes(self, raw: bytes) -> None:
-        """A whole non-streamed body. A large one (logprobs, mostly) is read in part
+        """A whole non-streamed body, or the data of the event that ends a Responses
+        stream (the whole response again). A large one (logprobs, mostly; a Responses
+        answer repeats the request's tools too) is read in part
         (``proxy/large_answers.py``): parsed whole, it would stall every stream."""
         if len(raw) <= LARGE_ANSWER_BYTES:
             self.feed(parse_json(raw))
         elif self.reshape is None:
             self.feed(answer_skeleton(raw))
-        else:  # a Responses body has other keys: only its id is taken, to know where it is stored
+        elif (answer := responses_answer(raw)) is not None:
+            self.feed(answer)
+        else:  # logprobs of a shape unknown: only the id is taken, to know where the response is stored
             skeleton = answer_skeleton(raw)
             if skeleton is not None and isinstance(rid := skeleton.get("id"), str):
                 self.response_id = rid[:200]

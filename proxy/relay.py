@@ -52,7 +52,7 @@ async def relay_events(chunks: AsyncIterator[bytes], observation: Observation, s
             elif event.startswith(b"data: [DONE]"):
                 observation.complete = True
             elif event.startswith(_RESPONSE_ENDS):
-                observation.feed(parse_json(event.partition(b"\ndata: ")[2]))
+                observation.feed_bytes(event.partition(b"\ndata: ")[2])
                 observation.complete = True
             yield event
     if buffer:

@@ -221,6 +221,24 @@ def test_logprobs_expose_the_targets_distribution(pools) -> None:
         assert len(probs) == 5 and probs == sorted(probs, reverse=True) and sum(probs) <= 1.0 + 1e-9
 
 
+def test_responses_logprobs_come_as_vllm_attaches_them(pools) -> None:
+    """On each output_text delta, for its own tokens, and whole on the finished text; only when ``include``
+    asks (the official client reads them)."""
+    _, off = pools
+    ask = {"model": "Qwen/Qwen3-32B", "input": "tell me a story", "max_output_tokens": 30, "temperature": 0}
+    plain = client(off.url).responses.create(**ask)
+    assert plain.output[-1].content[0].logprobs is None
+    events = list(client(off.url).responses.create(**ask, stream=True, top_logprobs=3,
+                                                   include=["message.output_text.logprobs"]))
+    deltas = [e for e in events if e.type == "response.output_text.delta"]
+    assert deltas and all("".join(lp.token for lp in d.logprobs) == d.delta for d in deltas)
+    text = events[-1].response.output[-1].content[0]
+    assert [lp.token for lp in text.logprobs] == [lp.token for d in deltas for lp in d.logprobs]
+    assert all(len(lp.top_logprobs) == 3 for lp in text.logprobs)
+    refused = httpx.post(f"{off.url}/v1/responses", json={**ask, "top_logprobs": 21})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "top_logprobs"
+
+
 def test_errors_in_vllms_shape(pools) -> None:
     on, _ = pools
     r = httpx.post(f"{on.url}/v1/chat/completions", json={"model": "nope", "messages": USER})

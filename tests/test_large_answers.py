@@ -9,8 +9,8 @@ import httpx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policy.structure import TextParts
-from proxy.large_answers import LARGE_ANSWER_BYTES, answer_skeleton
+from policy.structure import TextParts, chat_completion
+from proxy.large_answers import LARGE_ANSWER_BYTES, answer_skeleton, responses_answer
 from tests.proxy_harness import metric_value, stack, wait_until
 
 MODEL = "Qwen/Qwen3-32B"
@@ -99,3 +99,83 @@ def test_a_large_answer_through_the_proxy_is_measured_in_full() -> None:
             text = httpx.get(f"{s.proxy.url}/metrics").text
             return sum(metric_value(text, "draftgate_output_tokens_total", pool=route, token_class=c) for c in "srf")
         assert wait_until(lambda: abs(counted() - generated) < 1e-6), (counted(), generated)
+
+
+# ------------------------------------------------------------------ the Responses API
+
+
+def responses_answer_body(texts: list[str], tokens: list[str], top: int = 3) -> dict[str, Any]:
+    """A Responses answer as vLLM shapes one: reasoning, a message whose text carries its
+    logprobs, a function call, and the request's tools repeated."""
+    entries = logprobs(tokens, top)["content"]
+    return {
+        "id": "resp_1", "created_at": 1, "object": "response", "model": MODEL,
+        "metadata": {"note": 'a "logprobs": [ key-like run'},
+        "output": [
+            {"id": "rs_1", "type": "reasoning", "summary": [],
+             "content": [{"type": "reasoning_text", "text": t[::-1]} for t in texts]},
+            {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+             "content": [{"type": "output_text", "text": t, "annotations": [], "logprobs": entries} for t in texts]},
+            {"id": "fc_1", "type": "function_call", "call_id": "c1", "name": "get_weather",
+             "arguments": '{"city": "Paris", "logprobs": [1]}', "status": "completed"}],
+        "tools": [{"type": "function", "name": "get_weather", "parameters": {
+            "type": "object", "properties": {"logprobs": {"type": "array", "items": {"type": "number"}}}}}],
+        "top_logprobs": top, "usage": {"input_tokens": 12, "output_tokens": 345}}
+
+
+def assert_responses_read_alike(answer: dict[str, Any], **dumps: Any) -> None:
+    for whole in (answer, {"response": answer, "sequence_number": 40, "type": "response.completed"}):
+        read = responses_answer(json.dumps(whole, **dumps).encode())
+        assert read is not None
+        assert chat_completion(read) == chat_completion(whole)
+
+
+def test_a_responses_answer_reads_as_parsed_whole_without_its_logprobs() -> None:
+    answer = responses_answer_body(["the weather is fine", 'with "quotes" and [brackets]'], [" tok"] * 300)
+    assert_responses_read_alike(answer)
+    assert_responses_read_alike(answer, separators=(",", ":"), ensure_ascii=False)
+    read = responses_answer(json.dumps(answer).encode())
+    assert read is not None and read["output"][1]["content"][0]["logprobs"] is None
+    assert read["tools"] == answer["tools"]  # a logprobs key whose value is no list is left as it is
+
+
+@settings(max_examples=150, deadline=None)
+@given(texts=st.lists(st.text(max_size=40), min_size=1, max_size=3),
+       tokens=st.lists(st.text(max_size=8), max_size=12), compact=st.booleans())
+def test_any_responses_texts_and_tokens_read_as_parsed_whole(texts: list[str], tokens: list[str],
+                                                            compact: bool) -> None:
+    """Tokens full of brackets, braces, quotes and backslashes end no logprobs list early."""
+    dumps = {"separators": (",", ":"), "ensure_ascii": False} if compact else {}
+    assert_responses_read_alike(responses_answer_body(texts, tokens), **dumps)
+
+
+def test_a_responses_answer_that_cannot_be_skipped_so_gives_nothing() -> None:
+    deep = responses_answer_body(["hi"], [])
+    deep["output"][1]["content"][0]["logprobs"] = [[[[[[["deeper than logprobs nest"]]]]]]]
+    assert responses_answer(json.dumps(deep).encode()) is None
+    assert responses_answer(b'{"id": "resp_\xff"}') is None
+    assert responses_answer(json.dumps(responses_answer_body(["hi"], [" a"])).encode()[:-40]) is None
+
+
+def test_a_large_responses_answer_through_the_proxy_is_measured_in_full() -> None:
+    """Logprobs make it large, streamed or not: it is read without them, and its tokens are all counted."""
+    with stack(62, gate_responses=True) as s:
+        body = {"model": MODEL, "input": "tell me a long story", "max_output_tokens": 400, "top_logprobs": 20,
+                "include": ["message.output_text.logprobs"], "temperature": 0}
+
+        def counted() -> float:  # recorded once the answer has gone: a moment later
+            text = httpx.get(f"{s.proxy.url}/metrics").text
+            return sum(metric_value(text, "draftgate_output_tokens_total", pool="spec-off", token_class=c)
+                       for c in "srf")
+        answer = httpx.post(f"{s.proxy.url}/v1/responses", timeout=60, json=body)
+        assert answer.status_code == 200 and answer.headers["x-draftgate-route"] == "spec-off"
+        assert len(answer.content) > LARGE_ANSWER_BYTES  # else this tests the whole parse
+        assert answer.json()["output"][0]["content"][0]["logprobs"][0]["top_logprobs"]
+        generated = answer.json()["usage"]["output_tokens"]
+        assert wait_until(lambda: abs(counted() - generated) < 1e-6), (counted(), generated)
+
+        with httpx.stream("POST", f"{s.proxy.url}/v1/responses", timeout=60, json={**body, "stream": True}) as events:
+            last = events.read().decode().rstrip().rpartition("\ndata: ")[2]
+        assert len(last) > LARGE_ANSWER_BYTES
+        streamed = json.loads(last)["response"]["usage"]["output_tokens"]
+        assert wait_until(lambda: abs(counted() - generated - streamed) < 1e-6), (counted(), generated + streamed)

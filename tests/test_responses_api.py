@@ -156,6 +156,18 @@ def test_a_responses_request_reads_as_the_chat_request_it_amounts_to() -> None:
     assert estimate(chat_view(TOOL_CALL)).constrained and estimate(chat_view(TOOL_CALL)).w_s == 1.0
 
 
+def test_logprobs_are_requested_as_vllm_reads_a_responses_request() -> None:
+    """Only ``include`` asks for them; ``top_logprobs`` says how many alternatives."""
+    def blocked(**fields: Any) -> bool:
+        return any("logprobs" in reason for reason in estimate(chat_view({**PROSE, **fields})).reasons)
+    assert not blocked()
+    assert not blocked(top_logprobs=5)
+    assert blocked(include=["message.output_text.logprobs"])
+    assert blocked(include=["message.output_text.logprobs"], top_logprobs=0)
+    assert not blocked(include=["reasoning.encrypted_content"], top_logprobs=5)
+    assert chat_view({**PROSE, "include": ["message.output_text.logprobs"], "top_logprobs": 3})["top_logprobs"] == 3
+
+
 def test_a_finished_response_is_measured_as_a_chat_completion() -> None:
     response = {"id": "resp_1", "object": "response", "output": [
         {"type": "reasoning", "content": [{"type": "reasoning_text", "text": "hmm" * 10}]},

@@ -54,6 +54,7 @@ class _Run:
     seq: Sequence
     gen: Generated
     prompt_len: int
+    top_logprobs: int | None  # None: the request did not include "message.output_text.logprobs"
 
     @property
     def item_id(self) -> str:
@@ -61,6 +62,14 @@ class _Run:
 
     def content(self, start: int, end: int) -> str:
         return "".join(t.text for t in self.seq.output[start:end] if t.channel == "content")
+
+    def logprobs(self, start: int, end: int) -> list[dict[str, Any]]:
+        """The output text's logprobs between two positions, as vLLM attaches them to
+        ``output_text`` (empty when not asked for; reasoning tokens have none there)."""
+        if self.top_logprobs is None:
+            return []
+        entries = wire.logprobs_content(self.seq, self.gen, start, end, self.top_logprobs)
+        return [e for e, t in zip(entries, self.seq.output[start:end]) if t.channel == "content"]
 
 
 class Responses:
@@ -87,6 +96,9 @@ class Responses:
             body = await self.emulator._read_object(request)
             if not isinstance(body.get("input"), (str, list)):
                 raise _BadRequest("input must be a string or a list of items", param="input")
+            top = body.get("top_logprobs")
+            if top is not None and (not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= 20):
+                raise _BadRequest("top_logprobs must be an integer from 0 to 20", param="top_logprobs")
         except _BadRequest as exc:
             return wire.error_response(str(exc), exc.status, exc.param)
         faults = self.emulator.faults  # as on chat: the request waits, or fails, before it runs
@@ -109,7 +121,7 @@ class Responses:
             return wire.error_response(str(exc), 400)
         rid = request.headers.get("x-request-id") or f"resp_{uuid.uuid4().hex}"
         run = _Run(self._response(rid, body, "queued" if background else "in_progress"), messages, seqs[0], gens[0],
-                   prompt_len)
+                   prompt_len, _top_logprobs(body))
         self.emulator.get_engine().submit(run.seq)
         if store:
             self.stored[rid] = run.response
@@ -167,8 +179,9 @@ class Responses:
             "usage": None, "user": body.get("user"),
         }
 
-    async def _finish(self, run: _Run, deltas: asyncio.Queue[str] | None) -> None:
-        """Wait for the engine to finish ``run`` (passing its text on to ``deltas``), then fill its response in."""
+    async def _finish(self, run: _Run, deltas: asyncio.Queue[tuple[int, int]] | None) -> None:
+        """Wait for the engine to finish ``run`` (passing the spans it emits on to ``deltas``), then fill its
+        response in."""
         response, seq = run.response, run.seq
         response["status"] = "in_progress"
         while True:
@@ -176,9 +189,10 @@ class Responses:
             if kind == "finish":
                 break
             if deltas is not None:
-                await deltas.put(run.content(start, end))
+                await deltas.put((start, end))
         message = wire.chat_message(run.gen, seq.emitted)
-        response["output"] = _output_items(run.item_id, message)
+        logprobs = run.logprobs(0, seq.emitted) if run.top_logprobs is not None else None
+        response["output"] = _output_items(run.item_id, message, logprobs)
         response["status"] = "incomplete" if seq.finish_reason == "length" else "completed"
         if response["status"] == "incomplete":
             response["incomplete_details"] = {"reason": "max_output_tokens"}
@@ -201,7 +215,7 @@ class Responses:
         event = _Numbered()
         yield event("response.created", response=dict(run.response))
         yield event("response.in_progress", response=dict(run.response))
-        deltas: asyncio.Queue[str] = asyncio.Queue()
+        deltas: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
         finished = asyncio.ensure_future(self._finish(run, deltas))
         opened = False
         try:
@@ -211,7 +225,8 @@ class Responses:
                 if not waiting.done():
                     waiting.cancel()
                     continue
-                if text := waiting.result():
+                start, end = waiting.result()
+                if text := run.content(start, end):
                     if not opened:  # the message item opens with its first text, as vLLM's does
                         opened = True
                         yield event("response.output_item.added", output_index=0, item={
@@ -220,7 +235,7 @@ class Responses:
                         yield event("response.content_part.added", item_id=item, output_index=0, content_index=0,
                                     part={"type": "output_text", "text": "", "annotations": []})
                     yield event("response.output_text.delta", item_id=item, output_index=0, content_index=0,
-                                delta=text, logprobs=[])
+                                delta=text, logprobs=run.logprobs(start, end))
                     sent += 1
                     if faults.die_after_tokens is not None and sent >= faults.die_after_tokens:
                         raise ConnectionAbortedError("injected fault: stream dies")
@@ -252,7 +267,7 @@ class Responses:
                 chunks.append(event("response.content_part.added", item_id=output["id"], output_index=index,
                                     content_index=0, part={**part, "text": ""}))
                 chunks.append(event("response.output_text.delta", item_id=output["id"], output_index=index,
-                                    content_index=0, delta=part["text"], logprobs=[]))
+                                    content_index=0, delta=part["text"], logprobs=part["logprobs"] or []))
         for chunk in chunks + list(_closing_events(event, response)):
             if chunk:
                 yield chunk
@@ -280,7 +295,7 @@ def _closing_events(event: _Numbered, response: dict[str, Any]) -> Iterator[byte
         if output["type"] == "message":
             part = output["content"][0]
             yield event("response.output_text.done", item_id=output["id"], output_index=index, content_index=0,
-                        text=part["text"], logprobs=[])
+                        text=part["text"], logprobs=part["logprobs"] or [])
             yield event("response.content_part.done", item_id=output["id"], output_index=index,
                         content_index=0, part=part)
         elif output["type"] == "function_call":
@@ -293,7 +308,17 @@ def _closing_events(event: _Numbered, response: dict[str, Any]) -> Iterator[byte
     yield event(kind or "response.incomplete", response=response)
 
 
-def _output_items(message_id: str, message: dict[str, Any]) -> list[dict[str, Any]]:
+def _top_logprobs(body: dict[str, Any]) -> int | None:
+    """How many alternatives each output token's logprob lists, when the request asks for
+    logprobs as vLLM reads it (``include`` names them; ``top_logprobs`` is the count)."""
+    include = body.get("include")
+    if not isinstance(include, list) or "message.output_text.logprobs" not in include:
+        return None
+    return body.get("top_logprobs") or 0
+
+
+def _output_items(message_id: str, message: dict[str, Any],
+                  logprobs: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     """A chat message as Responses output items: reasoning, then the message, then its function calls."""
     items: list[dict[str, Any]] = []
     if message.get("reasoning"):
@@ -302,7 +327,7 @@ def _output_items(message_id: str, message: dict[str, Any]) -> list[dict[str, An
     if message.get("content") is not None:
         items.append({"id": message_id, "type": "message", "role": "assistant", "status": "completed",
                       "content": [{"type": "output_text", "text": message["content"], "annotations": [],
-                                   "logprobs": None}]})
+                                   "logprobs": logprobs}]})
     for call in message.get("tool_calls") or []:
         items.append({"id": f"fc_{call['id']}", "type": "function_call", "call_id": call["id"],
                       "name": call["function"]["name"], "arguments": call["function"]["arguments"],

@@ -16,8 +16,9 @@ from typing import Any
 
 # fields both APIs spell alike (vLLM's extras included): sampling, and what the proxy reads besides
 _SHARED = ("model", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "frequency_penalty",
-           "presence_penalty", "top_logprobs", "seed", "stream", "parallel_tool_calls", "structured_outputs",
+           "presence_penalty", "seed", "stream", "parallel_tool_calls", "structured_outputs",
            "chat_template_kwargs", "user", "store")
+_LOGPROBS = "message.output_text.logprobs"  # in ``include``, as vLLM reads it: logprobs come only then
 _MAX_ITEMS = 4096
 _ENDED = ("response.completed", "response.incomplete")  # a tuple: a client may send an unhashable "type"
 
@@ -45,6 +46,12 @@ def chat_view(body: Any) -> dict[str, Any]:
         view["reasoning_effort"] = reasoning["effort"]
     if "max_output_tokens" in body:
         view["max_tokens"] = body["max_output_tokens"]
+    include = body.get("include")
+    if isinstance(include, list) and _LOGPROBS in include:
+        # ``top_logprobs`` alone asks for nothing, and with the include even 0 asks for the sampled token's
+        view["logprobs"] = True
+        if "top_logprobs" in body:
+            view["top_logprobs"] = body["top_logprobs"]
     return view
 
 
