@@ -239,6 +239,37 @@ def test_responses_logprobs_come_as_vllm_attaches_them(pools) -> None:
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "top_logprobs"
 
 
+def test_a_responses_stream_opens_streams_and_closes_each_item_in_turn(pools) -> None:
+    """Reasoning, then two function calls: each item's deltas come as its tokens do, and its .done
+    events before the next item opens, as vLLM streams them (read by the official client)."""
+    on, _ = pools
+    weather = {"type": "function", "name": "get_weather", "parameters": WEATHER["function"]["parameters"]}
+    events = list(client(on.url).responses.create(
+        model="Qwen/Qwen3-32B", input="What is the weather in Paris and in Rome?", tools=[weather],
+        tool_choice="required", reasoning={"effort": "low"}, stream=True, max_output_tokens=2000))
+    final = events[-1].response
+    assert events[-1].type == "response.completed"
+    assert [item.type for item in final.output][:2] == ["reasoning", "function_call"]
+    streamed: dict[int, str] = {}
+    opened: list[int] = []
+    for e in events[2:-1]:
+        if e.type == "response.output_item.added":
+            assert not opened or e.output_index == opened[-1] + 1
+            opened.append(e.output_index)
+        elif e.type.endswith(".delta"):
+            assert e.output_index == opened[-1]  # only the newest item streams
+            streamed[e.output_index] = streamed.get(e.output_index, "") + e.delta
+        elif e.type == "response.output_item.done":
+            assert e.output_index == opened[-1] and e.item == final.output[e.output_index]
+    assert opened == list(range(len(final.output)))
+    assert streamed[0] == final.output[0].content[0].text
+    for index, item in enumerate(final.output[1:], start=1):
+        assert streamed[index] == item.arguments and json.loads(item.arguments)
+    deltas = [e.type for e in events if e.type.endswith(".delta")]
+    assert deltas.count("response.reasoning_text.delta") > 1 and deltas.count(
+        "response.function_call_arguments.delta") >= len(final.output) - 1
+
+
 def test_errors_in_vllms_shape(pools) -> None:
     on, _ = pools
     r = httpx.post(f"{on.url}/v1/chat/completions", json={"model": "nope", "messages": USER})

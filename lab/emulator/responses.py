@@ -18,10 +18,9 @@ engine, cancellable).
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +29,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from lab.emulator import wire
+from lab.emulator.response_events import LiveItems, Numbered, replayed
 from policy.structure.responses_api import chat_view
 
 if TYPE_CHECKING:
@@ -60,8 +60,21 @@ class _Run:
     def item_id(self) -> str:
         return f"msg_{self.response['id'].removeprefix('resp_')}"
 
-    def content(self, start: int, end: int) -> str:
-        return "".join(t.text for t in self.seq.output[start:end] if t.channel == "content")
+    def live_item(self, channel: str, call: int) -> dict[str, Any]:
+        """The output item a token of ``channel`` belongs to, as it opens (its final form is ``items_at``'s)."""
+        if channel == "reasoning":
+            return {"id": _reasoning_id(self.item_id), "type": "reasoning", "summary": [], "content": []}
+        if channel == "content":
+            return {"id": self.item_id, "type": "message", "role": "assistant", "content": []}
+        tool_call = self.gen.calls[call]
+        return {"id": f"fc_{tool_call.id}", "type": "function_call", "call_id": tool_call.id, "name": tool_call.name,
+                "arguments": ""}
+
+    def items_at(self, position: int) -> list[dict[str, Any]]:
+        """The output items of the first ``position`` output tokens, each as it is once its tokens are out."""
+        message = wire.chat_message(self.gen, position)
+        return _output_items(self.item_id, message, self.logprobs(0, position) if self.top_logprobs is not None
+                             else None)
 
     def logprobs(self, start: int, end: int) -> list[dict[str, Any]]:
         """The output text's logprobs between two positions, as vLLM attaches them to
@@ -191,8 +204,7 @@ class Responses:
             if deltas is not None:
                 await deltas.put((start, end))
         message = wire.chat_message(run.gen, seq.emitted)
-        logprobs = run.logprobs(0, seq.emitted) if run.top_logprobs is not None else None
-        response["output"] = _output_items(run.item_id, message, logprobs)
+        response["output"] = run.items_at(seq.emitted)
         response["status"] = "incomplete" if seq.finish_reason == "length" else "completed"
         if response["status"] == "incomplete":
             response["incomplete_details"] = {"reason": "max_output_tokens"}
@@ -205,19 +217,18 @@ class Responses:
         self.background.pop(response["id"], None)
 
     async def _events(self, run: _Run) -> AsyncIterator[bytes]:
-        """vLLM's named SSE events for one message of output text."""
-        item = run.item_id
+        """vLLM's named SSE events, each output item's as its tokens come (``response_events``)."""
         faults = self.emulator.faults
         if faults.die_before_first_event:
             self.emulator.get_engine().abort(run.seq)
             raise ConnectionAbortedError("injected fault: the server dies during prefill")
         sent = 0
-        event = _Numbered()
+        event = Numbered()
         yield event("response.created", response=dict(run.response))
         yield event("response.in_progress", response=dict(run.response))
+        items = LiveItems(run, event)
         deltas: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
         finished = asyncio.ensure_future(self._finish(run, deltas))
-        opened = False
         try:
             while not (finished.done() and deltas.empty()):
                 waiting = asyncio.ensure_future(deltas.get())
@@ -225,87 +236,35 @@ class Responses:
                 if not waiting.done():
                     waiting.cancel()
                     continue
-                start, end = waiting.result()
-                if text := run.content(start, end):
-                    if not opened:  # the message item opens with its first text, as vLLM's does
-                        opened = True
-                        yield event("response.output_item.added", output_index=0, item={
-                            "id": item, "type": "message", "role": "assistant", "status": "in_progress",
-                            "content": []})
-                        yield event("response.content_part.added", item_id=item, output_index=0, content_index=0,
-                                    part={"type": "output_text", "text": "", "annotations": []})
-                    yield event("response.output_text.delta", item_id=item, output_index=0, content_index=0,
-                                delta=text, logprobs=run.logprobs(start, end))
-                    sent += 1
-                    if faults.die_after_tokens is not None and sent >= faults.die_after_tokens:
-                        raise ConnectionAbortedError("injected fault: stream dies")
+                for chunk in items.span(*waiting.result()):
+                    yield chunk
+                sent += 1
+                if faults.die_after_tokens is not None and sent >= faults.die_after_tokens:
+                    raise ConnectionAbortedError("injected fault: stream dies")
             await finished
         finally:
             if not finished.done():
                 finished.cancel()
                 self.emulator.get_engine().abort(run.seq)
-        for chunk in _closing_events(event, run.response):
+        for chunk in items.finish(run.response):
             yield chunk
 
     async def _replay(self, response: dict[str, Any], after: int) -> AsyncIterator[bytes]:
-        """A stored response's events again (``GET ?stream=true``), those numbered past ``after``.
+        """A stored response's events again, those numbered past ``after``.
 
         vLLM streams a background response's events as it runs; here they come
-        once it has ended, its text in one delta: the same events, later.
+        once it has ended, each item's text in one delta: the same events, later.
         """
         running = self.background.get(response["id"])
         if running is not None:
             await asyncio.wait({running[0]})  # a cancel ends it too, and the stream says so
-        event = _Numbered(after)
-        opening = {**response, "status": "in_progress", "output": [], "usage": None}
-        chunks = [event("response.created", response=opening), event("response.in_progress", response=opening)]
-        for index, output in enumerate(response["output"]):
-            if output["type"] == "message":
-                part = output["content"][0]
-                chunks.append(event("response.output_item.added", output_index=index, item={
-                    **output, "status": "in_progress", "content": []}))
-                chunks.append(event("response.content_part.added", item_id=output["id"], output_index=index,
-                                    content_index=0, part={**part, "text": ""}))
-                chunks.append(event("response.output_text.delta", item_id=output["id"], output_index=index,
-                                    content_index=0, delta=part["text"], logprobs=part["logprobs"] or []))
-        for chunk in chunks + list(_closing_events(event, response)):
+        for chunk in replayed(response, after):
             if chunk:
                 yield chunk
 
 
-class _Numbered:
-    """Writes one stream's SSE events, numbered as vLLM numbers them; those at or
-    before ``after`` (a resumed stream's ``starting_after``) are left out, as empty bytes."""
-
-    def __init__(self, after: int = -1) -> None:
-        self.number = 0
-        self.after = after
-
-    def __call__(self, kind: str, **fields: Any) -> bytes:
-        number, self.number = self.number, self.number + 1
-        if number <= self.after:
-            return b""
-        payload = {**fields, "sequence_number": number, "type": kind}
-        return f"event: {kind}\ndata: {json.dumps(payload, separators=(',', ':'))}\n\n".encode()
-
-
-def _closing_events(event: _Numbered, response: dict[str, Any]) -> Iterator[bytes]:
-    """The events that close each output item of a finished response, then the response's own."""
-    for index, output in enumerate(response["output"]):
-        if output["type"] == "message":
-            part = output["content"][0]
-            yield event("response.output_text.done", item_id=output["id"], output_index=index, content_index=0,
-                        text=part["text"], logprobs=part["logprobs"] or [])
-            yield event("response.content_part.done", item_id=output["id"], output_index=index,
-                        content_index=0, part=part)
-        elif output["type"] == "function_call":
-            yield event("response.output_item.added", output_index=index, item={**output, "arguments": "",
-                                                                                "status": "in_progress"})
-            yield event("response.function_call_arguments.done", item_id=output["id"], output_index=index,
-                        arguments=output["arguments"])
-        yield event("response.output_item.done", output_index=index, item=output)
-    kind = {"completed": "response.completed", "failed": "response.failed"}.get(response["status"])
-    yield event(kind or "response.incomplete", response=response)
+def _reasoning_id(message_id: str) -> str:
+    return f"rs_{message_id.removeprefix('msg_')}"
 
 
 def _top_logprobs(body: dict[str, Any]) -> int | None:
@@ -322,7 +281,7 @@ def _output_items(message_id: str, message: dict[str, Any],
     """A chat message as Responses output items: reasoning, then the message, then its function calls."""
     items: list[dict[str, Any]] = []
     if message.get("reasoning"):
-        items.append({"id": f"rs_{message_id[4:]}", "type": "reasoning", "summary": [],
+        items.append({"id": _reasoning_id(message_id), "type": "reasoning", "summary": [],
                       "content": [{"type": "reasoning_text", "text": message["reasoning"]}], "status": "completed"})
     if message.get("content") is not None:
         items.append({"id": message_id, "type": "message", "role": "assistant", "status": "completed",
