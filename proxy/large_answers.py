@@ -17,6 +17,7 @@ A Responses answer keeps its logprobs elsewhere, and is read otherwise
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Iterator
@@ -94,8 +95,9 @@ def responses_answer(raw: bytes) -> dict[str, Any] | None:
     2-3x faster than the parse it saves, ``lab.bench_large_answer``). The list
     of a key that merely ends in ``"logprobs"`` (one holding an escaped quote)
     would be left as ``null`` too: measuring reads no such key. None when a
-    list cannot be skipped so (nested deeper than any logprobs are) or the rest
-    is not JSON.
+    list cannot be skipped so (nested deeper than any logprobs are), when
+    there are more such keys than any answer has parts, or when the rest is not
+    JSON.
     """
     try:
         text = raw.decode("utf-8")
@@ -104,7 +106,11 @@ def responses_answer(raw: bytes) -> dict[str, Any] | None:
     kept: list[str] = []
     done = 0
     at = text.find('"logprobs"')
-    while at != -1:
+    for seen in itertools.count(1):
+        if at == -1:
+            break
+        if seen > _MAX_LOGPROBS_KEYS:  # no answer has so many parts: reading it would cost more than parsing it
+            return None
         colon = _COLON.match(text, at + len('"logprobs"'))
         start = colon.end() if colon is not None else -1
         if start != -1 and text.startswith("[", start):
@@ -121,6 +127,8 @@ def responses_answer(raw: bytes) -> dict[str, Any] | None:
         return None
 
 
+# one per output_text part, and a few in the request's tools repeated
+_MAX_LOGPROBS_KEYS = 1024
 # Responses logprobs nest four deep: [ {"top_logprobs": [ {"bytes": [...]} ] } ]
 _SKIP_DEPTH = 5
 _STRING = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"'  # unrolled: a quarter faster than (?:[^"\\]|\\.)*

@@ -155,6 +155,11 @@ def test_a_responses_answer_that_cannot_be_skipped_so_gives_nothing() -> None:
     assert responses_answer(json.dumps(deep).encode()) is None
     assert responses_answer(b'{"id": "resp_\xff"}') is None
     assert responses_answer(json.dumps(responses_answer_body(["hi"], [" a"])).encode()[:-40]) is None
+    # a key in every few bytes would cost more to skip one by one than to parse
+    many = responses_answer_body(["hi"] * 1023, [" a"])  # and one key in the tools: 1,024 in all
+    assert responses_answer(json.dumps(many).encode()) is not None
+    many["output"][1]["content"].append(many["output"][1]["content"][0])
+    assert responses_answer(json.dumps(many).encode()) is None
 
 
 def test_a_large_responses_answer_through_the_proxy_is_measured_in_full() -> None:
