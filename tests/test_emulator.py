@@ -290,6 +290,35 @@ def test_errors_in_vllms_shape(pools) -> None:
     assert r.status_code == 200
     with pytest.raises(openai.NotFoundError):
         client(on.url).chat.completions.create(model="other", messages=USER)
+    # Python's JSON reads NaN: a cap is typed as an integer on every route, and the Responses answer
+    # (which repeats it) never has a value JSON cannot write
+    for path, cap in (("/v1/chat/completions", "max_tokens"), ("/v1/responses", "max_output_tokens")):
+        for field in (cap, "top_p", "temperature"):
+            raw = json.dumps({"messages": USER, "input": "hi", field: float("nan")}).encode()
+            r = httpx.post(f"{on.url}{path}", content=raw, headers={"content-type": "application/json"})
+            assert r.status_code == 400 and r.json()["error"]["param"] == field, (path, r.text)
+
+
+def test_schemas_and_patterns_that_ask_for_the_impossible_are_answered_cut_at_max_tokens(pools) -> None:
+    """vLLM constrains decoding and stops at max_tokens whatever a schema asks; the emulator
+    builds an output first, so it must not build a million items (it hung) or fail on 1e400."""
+    on, _ = pools
+    greedy = {"type": "object", "required": ["a", "b", "c", "d"], "properties": {
+        "a": {"type": "array", "minItems": 10**9, "maxItems": 1e308, "items": {"type": "string"}},
+        "b": {"type": "string", "minLength": 10**12, "pattern": "x{100000000}"},
+        "c": {"type": "integer", "minimum": 1e300, "maximum": "ten"},
+        "d": {"type": "number", "minimum": float("inf")}}}
+    tool = {"type": "function", "function": {"name": "greedy", "parameters": greedy}}
+    bodies = [{"tools": [tool], "tool_choice": "required"},
+              {"response_format": {"type": "json_schema", "json_schema": {"name": "g", "schema": greedy}}},
+              {"structured_outputs": {"regex": "(a{100000}){100000}"}},
+              {"structured_outputs": {"regex": "(\\b){100000000}(z ){40}"}}]
+    for extra in bodies:
+        raw = json.dumps({"messages": USER, "max_tokens": 30, **extra}).replace("Infinity", "1e400")
+        r = httpx.post(f"{on.url}/v1/chat/completions", content=raw, headers={"content-type": "application/json"},
+                       timeout=30)
+        assert r.status_code == 200, (extra, r.text[:200])
+        assert r.json()["usage"]["completion_tokens"] == 30
 
 
 def test_models_and_health_say_emulated(pools) -> None:

@@ -134,6 +134,32 @@ def test_a_request_the_gate_cannot_read_gets_an_openai_error(body: dict[str, Any
             "content-type": "application/json"}).status_code == 400
 
 
+# what a client may send where a Responses request is read (1e400 is how JSON writes infinity; Python reads NaN)
+ODD_VALUES = ["1e400", "-1e400", "NaN", "-1", "0", "1" + "0" * 400, '"x"', "null", "true", "[]", "{}", '[{"x": 1}]']
+RESPONSES_FIELDS = ["input", "instructions", "tools", "tool_choice", "text", "reasoning", "max_output_tokens",
+                    "temperature", "top_p", "top_logprobs", "include", "store", "background", "previous_response_id",
+                    "stream", "model"]
+
+
+def test_odd_values_in_any_field_the_gate_reads_never_break_the_proxy() -> None:
+    """Every such request is answered, or its backend's 4xx passed on, in the OpenAI shape; explain
+    answers in strict JSON; the gate never fails."""
+    with stack(12, gate_responses=True) as st_, httpx.Client(timeout=30) as client:
+        for field in RESPONSES_FIELDS:
+            for value in ODD_VALUES:
+                fields = {"model": f'"{MODEL}"', "input": '"hi"', "max_output_tokens": "5", field: value}
+                raw = ("{" + ", ".join(f'"{k}": {v}' for k, v in fields.items()) + "}").encode()
+                for path in ("/v1/responses", "/draftgate/explain"):
+                    answer = client.post(f"{st_.proxy.url}{path}", content=raw,
+                                         headers={"content-type": "application/json"})
+                    assert answer.status_code < 500, (raw, answer.text[:200])
+                    if answer.headers["content-type"].startswith("application/json"):
+                        parsed = json.loads(answer.text, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+                        assert answer.status_code < 400 or set(parsed["error"]) >= {"message", "type", "param",
+                                                                                     "code"}, raw
+        assert st_.metric("draftgate_gate_errors_total") == 0
+
+
 # ------------------------------------------------------------------ units
 
 

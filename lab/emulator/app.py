@@ -29,8 +29,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from lab.emulator import wire
-from lab.emulator.engine import Engine, Sequence, SpecConfig
 from lab.emulator.debug import debug_routes
+from lab.emulator.engine import Engine, Sequence, SpecConfig
 from lab.emulator.faults import CutShort, Faults
 from lab.emulator.metrics import EngineMetrics
 from lab.emulator.profile import EngineProfile
@@ -205,17 +205,10 @@ class Emulator:
                 raise _BadRequest("messages must be a non-empty list of objects with a role", param="messages")
         elif not isinstance(body.get("prompt"), (str, list)):
             raise _BadRequest("prompt must be a string or a list", param="prompt")
-        for name in ("max_tokens", "max_completion_tokens"):
-            value = body.get(name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise _BadRequest(f"{name} must be a positive integer", param=name)
+        check_sampling(body, ("max_tokens", "max_completion_tokens"))
         n = body.get("n", 1)
         if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 16:
             raise _BadRequest("n must be an integer between 1 and 16", param="n")
-        temperature = body.get("temperature")
-        if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
-                                        or not 0 <= temperature <= 2):
-            raise _BadRequest("temperature must be a number between 0 and 2", param="temperature")
         if body.get("tools") is not None and not isinstance(body["tools"], list):
             raise _BadRequest("tools must be a list", param="tools")
         choice = body.get("tool_choice")
@@ -223,8 +216,6 @@ class Emulator:
                 isinstance(choice, dict) and isinstance(choice.get("function"), dict)
                 and isinstance(choice["function"].get("name"), str)):
             raise _BadRequest("tool_choice must be none, auto, required or a named function", param="tool_choice")
-        if not isinstance(body.get("stream", False), bool):
-            raise _BadRequest("stream must be a boolean", param="stream")
         return body
 
     def _sequences(self, body: dict[str, Any], endpoint: str) -> tuple[list[Sequence], list[Generated], int]:
@@ -372,6 +363,24 @@ class Emulator:
             for seq in seqs:
                 if not seq.finished:
                     self.get_engine().abort(seq)
+
+
+def check_sampling(body: dict[str, Any], caps: tuple[str, ...]) -> None:
+    """The fields every generating route types alike, checked as vLLM's request models
+    check them (a token cap is an integer: ``NaN`` or ``1e400`` is refused, not echoed)."""
+    for name in caps:
+        value = body.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise _BadRequest(f"{name} must be a positive integer", param=name)
+    temperature = body.get("temperature")
+    if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+                                    or not 0 <= temperature <= 2):
+        raise _BadRequest("temperature must be a number between 0 and 2", param="temperature")
+    top_p = body.get("top_p")
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
+        raise _BadRequest(f"top_p must be in (0, 1], got {top_p}.", param="top_p")
+    if not isinstance(body.get("stream", False), bool):
+        raise _BadRequest("stream must be a boolean", param="stream")
 
 
 def _inject_mismatch(gen: Generated) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 import re
 from dataclasses import dataclass, field
@@ -206,18 +207,18 @@ def _instance(schema: Any, rng: random.Random, words: list[str], root: Any, dept
                 out[name] = _instance(sub, rng, words, root, depth + 1)
         return out
     if kind == "array":
-        lo = int(schema.get("minItems", 1))
-        hi = int(schema.get("maxItems", max(lo, 3)))
+        lo = int(_bound(schema.get("minItems"), 1, 0, _MAX_ITEMS))
+        hi = int(_bound(schema.get("maxItems"), max(lo, 3), 0, _MAX_ITEMS))
         items = schema.get("items", {})
         return [_instance(items, rng, words, root, depth + 1) for _ in range(rng.randint(lo, max(lo, hi)))]
     if kind == "integer":
-        lo = int(schema.get("minimum", 0))
-        hi = int(schema.get("maximum", lo + 100))
+        lo = int(_bound(schema.get("minimum"), 0, -_MAX_MAGNITUDE, _MAX_MAGNITUDE))
+        hi = int(_bound(schema.get("maximum"), lo + 100, -_MAX_MAGNITUDE, _MAX_MAGNITUDE))
         return rng.randint(lo, max(lo, hi))
     if kind == "number":
-        lo = float(schema.get("minimum", 0.0))
-        hi = float(schema.get("maximum", lo + 100.0))
-        return round(rng.uniform(lo, max(lo, hi)), 2)
+        low = _bound(schema.get("minimum"), 0.0, -_MAX_MAGNITUDE, _MAX_MAGNITUDE)
+        high = _bound(schema.get("maximum"), low + 100.0, -_MAX_MAGNITUDE, _MAX_MAGNITUDE)
+        return round(rng.uniform(low, max(low, high)), 2)
     if kind == "boolean":
         return rng.random() < 0.5
     if kind == "null":
@@ -237,12 +238,26 @@ def _string(schema: dict[str, Any], rng: random.Random, words: list[str]) -> str
         return sample_regex(schema["pattern"], rng)
     pool = words or _WORDS
     text = " ".join(rng.choice(pool) for _ in range(rng.randint(1, 3)))
-    lo, hi = int(schema.get("minLength", 0)), schema.get("maxLength")
+    lo = int(_bound(schema.get("minLength"), 0, 0, _MAX_STRING))
     while len(text) < lo:
         text += " " + rng.choice(_WORDS)
-    if isinstance(hi, int):
-        text = text[:hi]
+    if "maxLength" in schema:
+        text = text[:int(_bound(schema["maxLength"], len(text), 0, _MAX_STRING))]
     return text
+
+
+# A schema may ask for anything (a million items, 1e308, "3"); the output is cut at
+# max_tokens in any case, as vLLM's is, so what is built before that is bounded.
+_MAX_ITEMS = 64
+_MAX_STRING = 4096
+_MAX_MAGNITUDE = 10**15
+
+
+def _bound(value: Any, default: float, lo: float, hi: float) -> float:
+    """A schema's bound held within ``lo..hi``; ``default`` when it is no finite number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return default
+    return max(lo, min(hi, value))
 
 
 def _context_words(messages: list[Any], prompt: Any) -> list[str]:
