@@ -200,8 +200,8 @@ class Responses:
             "top_p": body.get("top_p"),
             "background": body.get("background") is True, "max_output_tokens": body.get("max_output_tokens"),
             "previous_response_id": body.get("previous_response_id"), "reasoning": body.get("reasoning"),
-            "service_tier": "auto", "status": status, "text": body.get("text"), "truncation": "disabled",
-            "usage": None, "user": body.get("user"),
+            "service_tier": "auto", "status": status, "text": body.get("text"),
+            "top_logprobs": body.get("top_logprobs"), "truncation": "disabled", "usage": None, "user": body.get("user"),
         }
 
     async def _finish(self, run: _Run, deltas: asyncio.Queue[tuple[int, int]] | None) -> None:
