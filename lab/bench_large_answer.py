@@ -9,18 +9,26 @@ metrics of one over 64 KiB, and parses a Responses answer without its
 logprobs. This prints, for vLLM-shaped chat and Responses answers with
 logprobs, the median time of ``json.loads`` of the whole body beside that of
 the reading the proxy does (``answer_skeleton``, ``responses_answer``), in the
-same run.
+same run. Then it relays a Responses stream whose four closing events each
+repeat the logprobs, cut into 64 KiB reads as a socket delivers it, through
+``relay_events`` and through a copy of what it did before (join and rescan
+its whole buffer on every read, parse the event that ends the stream whole),
+and prints both times: each includes measuring the stream.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import statistics
 import time
 from typing import Any
 
+from policy.structure import chat_completion
 from proxy.large_answers import LARGE_ANSWER_BYTES, answer_skeleton, responses_answer
+from proxy.observe import Observation
+from proxy.relay import relay_events
 
 
 def token_logprobs(tokens: int, top: int) -> list[dict[str, Any]]:
@@ -56,6 +64,48 @@ def median_ms(work: Any, raw: bytes, rounds: int) -> float:
     return statistics.median(times) * 1e3
 
 
+def responses_stream(tokens: int, top: int) -> bytes:
+    """The closing events of a Responses stream with logprobs, as vLLM sends them."""
+    body = json.loads(responses_body(tokens, top))
+    item = body["output"][0]
+    text = item["content"][0]
+    events = [("response.output_text.done", {"item_id": "msg_1", "output_index": 0, "content_index": 0,
+                                              "text": text["text"], "logprobs": text["logprobs"]}),
+              ("response.content_part.done", {"item_id": "msg_1", "output_index": 0, "content_index": 0,
+                                               "part": text}),
+              ("response.output_item.done", {"output_index": 0, "item": item}),
+              ("response.completed", {"response": body})]
+    return b"".join(f"event: {kind}\ndata: {json.dumps({**fields, 'type': kind}, separators=(',', ':'))}\n\n"
+                    .encode() for kind, fields in events)
+
+
+async def previous_relay(chunks: Any) -> Any:
+    """How ``relay_events`` relayed such a stream before, for comparison: its buffer joined
+    and searched whole on every read, and the event that ends the stream parsed whole."""
+    observation = Observation(reshape=chat_completion)
+    buffer = b""
+    async for raw in chunks:
+        buffer += raw
+        while (end := buffer.find(b"\n\n")) >= 0:
+            event, buffer = buffer[: end + 2], buffer[end + 2:]
+            if event.startswith(b"event: response.completed\n"):
+                observation.feed(json.loads(event.partition(b"\ndata: ")[2]))
+            yield event
+
+
+def relay_ms(stream: bytes, splitter: Any) -> float:
+    async def reads() -> Any:
+        for start in range(0, len(stream), 65536):
+            yield stream[start:start + 65536]
+
+    async def drain() -> None:
+        async for _ in splitter(reads()):
+            pass
+    start = time.perf_counter()
+    asyncio.run(drain())
+    return (time.perf_counter() - start) * 1e3
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -69,6 +119,13 @@ def main() -> None:
             label = f"{api}: {tokens} tokens, top_logprobs {top}"
             used = "reads it in part" if len(raw) > LARGE_ANSWER_BYTES else "parses it whole"
             print(f"{label:>38} {len(raw) / 1e6:>6.2f}MB {whole:>9.1f}ms {part:>11.2f}ms {whole / part:>6.1f}x  {used}")
+    print(f"\n{'Responses stream, closing events':>38} {'size':>8} {'before':>11} {'the proxy':>13} {'ratio':>6}")
+    for tokens, top in ((1024, 5), (4096, 5), (8192, 20)):
+        stream = responses_stream(tokens, top)
+        old = relay_ms(stream, previous_relay)
+        new = relay_ms(stream, lambda chunks: relay_events(chunks, Observation(reshape=chat_completion), False))
+        label = f"{tokens} tokens, top_logprobs {top}"
+        print(f"{label:>38} {len(stream) / 1e6:>6.2f}MB {old:>9.1f}ms {new:>11.1f}ms {old / new:>6.1f}x")
 
 
 if __name__ == "__main__":

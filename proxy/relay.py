@@ -36,14 +36,22 @@ _RESPONSE_ENDS = (b"event: response.completed\n", b"event: response.incomplete\n
 
 
 async def relay_events(chunks: AsyncIterator[bytes], observation: Observation, strip_usage: bool) -> AsyncIterator[bytes]:
-    buffer = b""
+    # An event can be large: a Responses stream with logprobs repeats them all in each of
+    # its four closing events, 10 MB apiece at 8k tokens. So the bytes gather in one
+    # bytearray (appending is amortised, taking an event off the front is cheap) and only
+    # the new bytes are searched for its end: joining and rescanning the whole buffer on
+    # every read was quadratic, seconds of a stalled loop per such stream.
+    pending = bytearray()
     async for raw in chunks:
-        buffer += raw
+        searched = max(0, len(pending) - 1)  # the blank line may straddle two reads
+        pending += raw
         while True:
-            end = buffer.find(b"\n\n")
+            end = pending.find(b"\n\n", searched)
             if end < 0:
                 break
-            event, buffer = buffer[: end + 2], buffer[end + 2 :]
+            event = bytes(pending[: end + 2])
+            del pending[: end + 2]
+            searched = 0
             if event.startswith(b"data: {"):
                 payload = parse_json(event[6:])
                 observation.feed(payload)
@@ -55,8 +63,8 @@ async def relay_events(chunks: AsyncIterator[bytes], observation: Observation, s
                 observation.feed_bytes(event.partition(b"\ndata: ")[2])
                 observation.complete = True
             yield event
-    if buffer:
-        yield buffer
+    if pending:
+        yield bytes(pending)
 
 
 class RelayedBody(StreamingResponse):

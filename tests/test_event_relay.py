@@ -6,6 +6,9 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from policy.structure import chat_completion
 from proxy.observe import Observation
 from proxy.relay import relay_events
@@ -49,6 +52,25 @@ def test_events_pass_whole_and_in_order_however_the_bytes_are_cut() -> None:
         assert relayed == events, size
         assert observation.complete and observation.prompt_tokens == 7
         assert "".join(observation.parts.content) == "HelloHello"  # the unreadable ones were not measured
+
+
+async def _cut(stream: bytes, cuts: list[int]) -> AsyncIterator[bytes]:
+    edges = [0, *sorted({c % (len(stream) + 1) for c in cuts}), len(stream)]
+    for start, end in zip(edges, edges[1:]):
+        yield stream[start:end]
+
+
+@settings(max_examples=200, deadline=None)
+@given(sizes=st.lists(st.integers(0, 200_000), min_size=1, max_size=5), cuts=st.lists(st.integers(0, 10**6)))
+def test_events_of_any_size_pass_whole_wherever_the_reads_end(sizes: list[int], cuts: list[int]) -> None:
+    """Large events (a Responses stream's closing ones repeat every logprob) come out whole,
+    with a read ending anywhere, between the two newlines that end one included."""
+    events = [_named("response.output_text.done", {"text": "x" * size}) for size in sizes]
+    stream = b"".join(events) + DONE
+
+    async def collect() -> list[bytes]:
+        return [event async for event in relay_events(_cut(stream, cuts), Observation(), False)]
+    assert asyncio.run(collect()) == [*events, DONE]
 
 
 def test_the_usage_only_chunk_is_removed_for_clients_that_did_not_ask() -> None:
