@@ -34,12 +34,13 @@ _COLON = re.compile(r"\s*:\s*")
 
 
 def answer_skeleton(raw: bytes) -> dict[str, Any] | None:
-    """A chat or completions answer reduced to what measuring reads: ``id``, each
-    choice's ``message`` (chat) or ``text`` (completions), ``usage`` and ``metrics``.
+    """A chat or completions answer, or one chunk of a stream, reduced to what measuring
+    reads: ``id``, each choice's ``message`` (chat), ``delta`` (a chat chunk) or
+    ``text`` (completions), ``usage`` and ``metrics``.
 
-    The keys are taken where they stand in the text: messages and texts in order,
-    the first ``id``, the last ``usage`` and ``metrics`` (the top level's, which
-    vLLM writes after the choices). None when the bytes are not UTF-8.
+    The keys are taken where they stand in the text: messages, deltas and texts in
+    order, the first ``id``, the last ``usage`` and ``metrics`` (the top level's,
+    which vLLM writes after the choices). None when the bytes are not UTF-8.
     """
     try:
         text = raw.decode("utf-8")
@@ -50,8 +51,11 @@ def answer_skeleton(raw: bytes) -> dict[str, Any] | None:
         skeleton["id"] = rid
         break
     messages = list(_values(text, "message"))
+    deltas = [] if messages else list(_values(text, "delta"))
     if messages:
         skeleton["choices"] = [{"message": m} for m in messages]
+    elif deltas:
+        skeleton["choices"] = [{"delta": d} for d in deltas]
     else:
         skeleton["choices"] = [{"text": t} for t in _values(text, "text") if isinstance(t, str)]
     for key in ("usage", "metrics"):

@@ -66,21 +66,24 @@ class Observation:
         if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
             self.spec = metrics["speculative_decoding"]
 
-    def feed_bytes(self, raw: bytes) -> None:
-        """A whole non-streamed body, or the data of the event that ends a Responses
-        stream (the whole response again). A large one (logprobs, mostly; a Responses
-        answer repeats the request's tools too) is read in part
-        (``proxy/large_answers.py``): parsed whole, it would stall every stream."""
+    def feed_bytes(self, raw: bytes) -> Any:
+        """A whole non-streamed body, one event's data, or the data of the event that
+        ends a Responses stream (the whole response again); what was read of it is
+        returned. A large one (logprobs, mostly; a Responses answer repeats the
+        request's tools too) is read in part (``proxy/large_answers.py``): parsed
+        whole, it would stall every stream."""
         if len(raw) <= LARGE_ANSWER_BYTES:
-            self.feed(parse_json(raw))
+            payload = parse_json(raw)
         elif self.reshape is None:
-            self.feed(answer_skeleton(raw))
-        elif (answer := responses_answer(raw)) is not None:
-            self.feed(answer)
-        else:  # logprobs of a shape unknown: only the id is taken, to know where the response is stored
+            payload = answer_skeleton(raw)
+        elif (payload := responses_answer(raw)) is None:
+            # logprobs of a shape unknown: only the id is taken, to know where the response is stored
             skeleton = answer_skeleton(raw)
             if skeleton is not None and isinstance(rid := skeleton.get("id"), str):
                 self.response_id = rid[:200]
+            return None
+        self.feed(payload)
+        return payload
 
     def measured(self, body: Any) -> ObservedStructure:
         return measure_parts(body, self.parts)

@@ -16,7 +16,7 @@ from typing import Any
 from starlette.responses import StreamingResponse
 from starlette.types import Send
 
-from proxy.observe import Observation, parse_json
+from proxy.observe import Observation
 from proxy.upstream import UpstreamAborted, UpstreamError
 
 
@@ -53,8 +53,7 @@ async def relay_events(chunks: AsyncIterator[bytes], observation: Observation, s
             del pending[: end + 2]
             searched = 0
             if event.startswith(b"data: {"):
-                payload = parse_json(event[6:])
-                observation.feed(payload)
+                payload = observation.feed_bytes(event[6:])
                 if strip_usage and _is_usage_only(payload):
                     continue
             elif event.startswith(b"data: [DONE]"):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -11,6 +13,8 @@ from hypothesis import strategies as st
 
 from policy.structure import TextParts, chat_completion
 from proxy.large_answers import LARGE_ANSWER_BYTES, answer_skeleton, responses_answer
+from proxy.observe import Observation
+from proxy.relay import relay_events
 from tests.proxy_harness import metric_value, stack, wait_until
 
 MODEL = "Qwen/Qwen3-32B"
@@ -75,6 +79,28 @@ def test_any_texts_read_as_parsed_whole(contents: list[str], tokens: list[str], 
     messages = [{"role": "assistant", "content": c, "reasoning": c[::-1]} for c in contents]
     dumps = {"separators": (",", ":"), "ensure_ascii": False} if compact else {}
     assert_reads_alike(chat_answer(messages, tokens), **dumps)
+
+
+def test_a_large_stream_chunk_reads_as_parsed_whole() -> None:
+    """A chunk's delta is read as a message is: the relay reads a chunk over 64 KiB (a step's
+    tokens, each with its logprobs) in part too, and measures it alike."""
+    chunk = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": MODEL,
+             "choices": [{"index": 0, "delta": {"content": 'a "delta": here', "reasoning": "hmm"},
+                          "logprobs": logprobs([" tok"] * 300, 20), "finish_reason": None}]}
+    raw = json.dumps(chunk, separators=(",", ":")).encode()
+    assert len(raw) > LARGE_ANSWER_BYTES
+    skeleton = answer_skeleton(raw)
+    assert skeleton is not None and parts_of(skeleton) == parts_of(chunk) and skeleton["id"] == "chatcmpl-1"
+    event = b"data: " + raw + b"\n\n"
+
+    async def relayed() -> list[bytes]:
+        async def read() -> AsyncIterator[bytes]:
+            yield event
+        observation = Observation()
+        events = [e async for e in relay_events(read(), observation, strip_usage=True)]
+        assert observation.parts == parts_of(chunk)
+        return events
+    assert asyncio.run(relayed()) == [event]
 
 
 def test_bytes_that_are_not_utf8_or_not_whole_give_nothing_or_what_is_there() -> None:
