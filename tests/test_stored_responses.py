@@ -149,6 +149,29 @@ def test_a_streamed_retrieval_is_relayed_and_timed_as_a_stream() -> None:
         assert httpx.get(url, timeout=30).status_code == 200  # sent whole, the answer has its own, longer, time
 
 
+def test_a_running_background_response_streams_as_it_runs() -> None:
+    """As vLLM does: what it has made so far, then each event as it comes. The first text
+    arrives while the response still runs, and the deltas rebuild the text it ends with."""
+    with replicated(first_byte_timeout=0.5) as stack:
+        made = stack.post("/v1/responses", input="tell me a long story", background=True,
+                          max_output_tokens=400, temperature=0).json()
+        url = f"{stack.proxy.url}/v1/responses/{made['id']}"
+        deltas: list[str] = []
+        status_at_first_delta = None
+        with httpx.stream("GET", url, params={"stream": "true"}, timeout=60) as replay:
+            for line in replay.iter_lines():
+                if not line.startswith("data: "):
+                    continue
+                last = json.loads(line[6:])
+                if last["type"] == "response.output_text.delta":
+                    if status_at_first_delta is None:
+                        status_at_first_delta = httpx.get(url, timeout=30).json()["status"]
+                    deltas.append(last["delta"])
+        assert status_at_first_delta == "in_progress"
+        assert last["type"] in ("response.completed", "response.incomplete")
+        assert "".join(deltas) == last["response"]["output"][-1]["content"][0]["text"] != ""
+
+
 def test_a_holder_that_is_down_answers_for_its_response_and_no_other_replica_is_asked() -> None:
     with replicated() as stack:
         made = stack.post("/v1/responses", input="keep me", max_output_tokens=5).json()

@@ -79,12 +79,17 @@ class LiveItems:
             self.closed += 1
 
 
-def replayed(response: dict[str, Any], after: int) -> Iterator[bytes]:
-    """A stored response's events again (``GET ?stream=true``), those numbered past ``after``."""
-    event = Numbered(after)
+def opened(event: Numbered, response: dict[str, Any]) -> Iterator[bytes]:
+    """The events that open a stream: the response as it stands before any output."""
     opening_response = {**response, "status": "in_progress", "output": [], "usage": None}
     yield event("response.created", response=opening_response)
     yield event("response.in_progress", response=opening_response)
+
+
+def replayed(response: dict[str, Any], after: int) -> Iterator[bytes]:
+    """A finished response's events again (``GET ?stream=true``), those numbered past ``after``."""
+    event = Numbered(after)
+    yield from opened(event, response)
     for index, item in enumerate(response["output"]):
         yield from opening(event, index, item)
         if item["type"] == "function_call":

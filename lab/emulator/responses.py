@@ -21,7 +21,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from lab.emulator import wire
-from lab.emulator.response_events import LiveItems, Numbered, replayed
+from lab.emulator.response_events import LiveItems, Numbered, opened, replayed
 from policy.structure.responses_api import chat_view
 
 if TYPE_CHECKING:
@@ -60,6 +60,9 @@ class _Run:
     gen: Generated
     prompt_len: int
     top_logprobs: int | None  # None: the request did not include "message.output_text.logprobs"
+    emitted: int = 0  # output tokens out so far
+    # the streams following it: each span of tokens as it comes, then None at the end (or a cancel)
+    listeners: list[asyncio.Queue[tuple[int, int] | None]] = field(default_factory=list)
 
     @property
     def item_id(self) -> str:
@@ -98,7 +101,7 @@ class Responses:
         self.store_enabled = store_enabled
         self.stored: dict[str, dict[str, Any]] = {}
         self.history: dict[str, list[dict[str, Any]]] = {}  # the conversation each stored response closes
-        self.background: dict[str, tuple[asyncio.Future[None], Sequence]] = {}
+        self.background: dict[str, tuple[asyncio.Future[None], _Run]] = {}
 
     def routes(self) -> list[Route]:
         return [
@@ -152,11 +155,11 @@ class Responses:
             self.stored[rid] = run.response
             self.history[rid] = messages
         if background:
-            self.background[rid] = (asyncio.ensure_future(self._finish(run, None)), run.seq)
+            self.background[rid] = (asyncio.ensure_future(self._finish(run)), run)
             return JSONResponse(dict(run.response))
         if body.get("stream") is True:
             return StreamingResponse(self._events(run), media_type="text/event-stream")
-        await self._finish(run, None)
+        await self._finish(run)
         return JSONResponse(run.response)
 
     async def retrieve(self, request: Request) -> Response:
@@ -182,9 +185,9 @@ class Responses:
             return wire.error_response("Cannot cancel a synchronous response.", 400)
         running = self.background.pop(rid, None)
         if running is not None and response["status"] not in _TERMINAL:
-            task, seq = running
+            task, run = running
             task.cancel()
-            self.emulator.get_engine().abort(seq)
+            self.emulator.get_engine().abort(run.seq)
             response["status"] = "cancelled"
         return JSONResponse(response)
 
@@ -204,17 +207,26 @@ class Responses:
             "top_logprobs": body.get("top_logprobs"), "truncation": "disabled", "usage": None, "user": body.get("user"),
         }
 
-    async def _finish(self, run: _Run, deltas: asyncio.Queue[tuple[int, int]] | None) -> None:
-        """Wait for the engine to finish ``run`` (passing the spans it emits on to ``deltas``), then fill its
-        response in."""
+    async def _finish(self, run: _Run) -> None:
+        """Wait for the engine to finish ``run`` (passing the spans it emits on to its listeners), then fill
+        its response in."""
         response, seq = run.response, run.seq
         response["status"] = "in_progress"
-        while True:
-            kind, start, end = await seq.events.get()
-            if kind == "finish":
-                break
-            if deltas is not None:
-                await deltas.put((start, end))
+        try:
+            while True:
+                kind, start, end = await seq.events.get()
+                if kind == "finish":
+                    break
+                run.emitted = end
+                for listener in run.listeners:
+                    listener.put_nowait((start, end))
+            self._fill(run)
+        finally:
+            for listener in run.listeners:
+                listener.put_nowait(None)
+
+    def _fill(self, run: _Run) -> None:
+        response, seq = run.response, run.seq
         message = wire.chat_message(run.gen, seq.emitted)
         response["output"] = run.items_at(seq.emitted)
         response["status"] = "incomplete" if seq.finish_reason == "length" else "completed"
@@ -234,26 +246,22 @@ class Responses:
         if faults.die_before_first_event:
             self.emulator.get_engine().abort(run.seq)
             raise ConnectionAbortedError("injected fault: the server dies during prefill")
+        listener: asyncio.Queue[tuple[int, int] | None] = asyncio.Queue()
+        run.listeners.append(listener)
+        finished = asyncio.ensure_future(self._finish(run))
         sent = 0
-        event = Numbered()
-        yield event("response.created", response=dict(run.response))
-        yield event("response.in_progress", response=dict(run.response))
-        items = LiveItems(run, event)
-        deltas: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
-        finished = asyncio.ensure_future(self._finish(run, deltas))
         try:
-            while not (finished.done() and deltas.empty()):
-                waiting = asyncio.ensure_future(deltas.get())
-                await asyncio.wait({waiting, finished}, return_when=asyncio.FIRST_COMPLETED)
-                if not waiting.done():
-                    waiting.cancel()
-                    continue
-                for chunk in items.span(*waiting.result()):
+            event = Numbered()
+            for chunk in opened(event, run.response):
+                yield chunk
+            items = LiveItems(run, event)
+            while (span := await listener.get()) is not None:
+                for chunk in items.span(*span):
                     yield chunk
                 sent += 1
                 if faults.die_after_tokens is not None and sent >= faults.die_after_tokens:
                     raise ConnectionAbortedError("injected fault: stream dies")
-            await finished
+            await finished  # its errors, if any, are the stream's
         finally:
             if not finished.done():
                 finished.cancel()
@@ -262,17 +270,31 @@ class Responses:
             yield chunk
 
     async def _replay(self, response: dict[str, Any], after: int) -> AsyncIterator[bytes]:
-        """A stored response's events again, those numbered past ``after``.
-
-        vLLM streams a background response's events as it runs; here they come
-        once it has ended, each item's text in one delta: the same events, later.
-        """
+        """A stored response's events again, those numbered past ``after``: a finished
+        one's at once (each item's text in one delta), a running background one's as
+        vLLM streams it, what it has made so far and then each span as it comes."""
         running = self.background.get(response["id"])
-        if running is not None:
-            await asyncio.wait({running[0]})  # a cancel ends it too, and the stream says so
-        for chunk in replayed(response, after):
-            if chunk:
+        if running is None:
+            for chunk in replayed(response, after):
+                if chunk:
+                    yield chunk
+            return
+        run = running[1]
+        listener: asyncio.Queue[tuple[int, int] | None] = asyncio.Queue()
+        run.listeners.append(listener)
+        made = run.emitted  # read as the listener joins: every later span reaches it
+        try:
+            event = Numbered(after)  # what it leaves out (at or before ``after``) comes as b""
+            items = LiveItems(run, event)
+            for chunk in filter(None, [*opened(event, run.response), *items.span(0, made)]):
                 yield chunk
+            while (span := await listener.get()) is not None:
+                for chunk in filter(None, items.span(*span)):
+                    yield chunk
+            for chunk in filter(None, items.finish(run.response)):
+                yield chunk
+        finally:
+            run.listeners.remove(listener)
 
 
 def _reasoning_id(message_id: str) -> str:
