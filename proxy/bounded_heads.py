@@ -15,9 +15,9 @@ that many bytes have come without the head's end, it is refused. (A head that
 ends in the read that crosses the limit passes: the bound is the limit plus one
 read, 256 KiB, and counting only unfinished heads keeps every ordinary request
 free of it.) A head cut short is answered 408, and one too large 431, each in
-the OpenAI shape, and the connection is closed. A connection that sent nothing is just closed,
-as uvicorn closes an idle kept-alive one, because a client may have just
-written a request on it.
+the OpenAI shape, and the connection is closed. A connection that sent nothing
+is just closed, as uvicorn closes an idle kept-alive one, because a client may
+have just written a request on it.
 """
 
 from __future__ import annotations

@@ -60,7 +60,9 @@ class _Run:
     gen: Generated
     prompt_len: int
     top_logprobs: int | None  # None: the request did not include "message.output_text.logprobs"
-    emitted: int = 0  # output tokens out so far
+    # output tokens passed on to the listeners so far; not seq.emitted, which runs ahead
+    # of the spans still queued for _finish (a stream joining then would get them twice)
+    emitted: int = 0
     # the streams following it: each span of tokens as it comes, then None at the end (or a cancel)
     listeners: list[asyncio.Queue[tuple[int, int] | None]] = field(default_factory=list)
 
