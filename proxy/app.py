@@ -130,9 +130,10 @@ class Proxy:
             return Response(status_code=499)
 
     def _plan(self, body: dict[str, Any], endpoint: str) -> Plan:
-        serving = self.catalog.pools_serving(body.get("model"))
+        model = body.get("model")
+        serving = self.catalog.pools_serving(model)
         try:
-            return self.gk.plan(body, endpoint, serving)
+            return self.gk.plan(body, endpoint, serving, context=self.catalog.context_of(model))
         except Exception as exc:  # a bug in the gate must not lose the request
             log.exception("the gate failed on a request; routing it to a plain pool")
             self.gk.metrics.gate_errors.inc()
@@ -285,6 +286,7 @@ class Proxy:
             _, body = await read_json(request, *self._body_limits())
             if not isinstance(body, dict):
                 raise BadRequest(400, "request body must be a JSON object")
+            await self.catalog.keep_fresh(body.get("model"))  # the model's context bounds the estimate
             return JSONResponse(self.gk.explanation(self._plan(*explained_as(body))))
         except BadRequest as exc:
             return exc.response()

@@ -12,6 +12,9 @@ and in the background once the lists are older than half a minute. A pool
 whose list is unknown (it has not answered yet) is assumed to serve anything,
 and while no pool has answered, every model is admitted, so a proxy that starts
 before its pools still forwards.
+
+The lists also say each model's context (``max_model_len``), which bounds how
+long an answer can run: the estimate needs it when a request sets no cap.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ class ModelCatalog:
         self.client = client
         self.known: set[str] = set()
         self.served_by: dict[str, set[str]] = {}  # pool name -> the model ids it listed
+        self.contexts: dict[str, int] = {}  # model id -> the shortest max_model_len a pool listed for it
         self.checked_at = 0.0
         self._background: asyncio.Task[Any] | None = None
         # pools_serving's answers per model, and the lists and pools they were worked out from
@@ -48,13 +52,18 @@ class ModelCatalog:
         model = body.get("model")
         if not isinstance(model, str) or not model:  # vLLM serves an empty name as its own model
             return
+        await self.keep_fresh(model)
+        if self.known and model not in self.known:
+            raise BadRequest(404, f"The model `{model}` does not exist.", param="model", code="model_not_found")
+
+    async def keep_fresh(self, model: Any) -> None:
+        """Read the lists now if ``model`` is on none of them (at most every few seconds),
+        or in the background once they are old."""
         age = time.monotonic() - self.checked_at
         if model not in self.known and age > RETRY_UNKNOWN_AFTER_SECONDS:
             await self.refresh()
         elif age > REFRESH_AFTER_SECONDS and (self._background is None or self._background.done()):
             self._background = asyncio.get_running_loop().create_task(self.refresh())
-        if self.known and model not in self.known:
-            raise BadRequest(404, f"The model `{model}` does not exist.", param="model", code="model_not_found")
 
     def pools_serving(self, model: Any) -> set[str] | None:
         """The pools that may serve ``model``: those that list it and those whose list
@@ -72,6 +81,13 @@ class ModelCatalog:
             self._serving[model] = answer
         return answer
 
+    def context_of(self, model: Any) -> int | None:
+        """The context of ``model``, or of the pools' own model when the request names none
+        (vLLM serves it then); None while no pool has said."""
+        if isinstance(model, str) and model:
+            return self.contexts.get(model)
+        return min(self.contexts.values(), default=None)
+
     async def refresh(self) -> list[dict[str, Any]]:
         """The pools' model entries, merged by id (the first pool to list one wins)."""
         self.checked_at = time.monotonic()
@@ -85,12 +101,18 @@ class ModelCatalog:
         results = await asyncio.gather(*(fetch(url) for _, url in asked), return_exceptions=True)
         merged: dict[str, dict[str, Any]] = {}
         served_by: dict[str, set[str]] = {}
+        contexts: dict[str, int] = {}
         for (pool, _), result in zip(asked, results):
             if isinstance(result, list):
                 served_by[pool] = {entry["id"] for entry in result}
                 for entry in result:
                     merged.setdefault(entry["id"], entry)
+                    length = entry.get("max_model_len")
+                    # the shortest: the gate weighs a request before it picks the pool
+                    if isinstance(length, int) and not isinstance(length, bool) and length > 0:
+                        contexts[entry["id"]] = min(length, contexts.get(entry["id"], length))
         if merged:
             self.known = set(merged)
             self.served_by = served_by
+            self.contexts = contexts
         return list(merged.values())

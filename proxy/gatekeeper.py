@@ -144,11 +144,13 @@ class Gatekeeper:
                 self._policies[model] = policy
         return policy
 
-    def plan(self, body: dict[str, Any], endpoint: str, serving: set[str] | None = None) -> Plan:
-        """``serving``: the pools that serve the request's model, when not all do."""
+    def plan(self, body: dict[str, Any], endpoint: str, serving: set[str] | None = None,
+             context: int | None = None) -> Plan:
+        """``serving``: the pools that serve the request's model, when not all do;
+        ``context``: its ``max_model_len``, when the pools have said it."""
         model = body.get("model") if isinstance(body.get("model"), str) else None
         prior = estimate(body, priors=self.settings.structure_priors, defaults=self.sampling_defaults(),
-                         endpoint="completions" if endpoint == "completions" else "chat")
+                         endpoint="completions" if endpoint == "completions" else "chat", context_tokens=context)
         shape = shape_key(body, model, prior.temperature)
         blended = self.learner.blend(shape, prior)
         conversation = Conversation.of(body)

@@ -61,3 +61,16 @@ def test_explain_bad_file(tmp_path: Path) -> None:
         proc = subprocess.run([*DRAFTGATE, "explain", path], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_explain_bounds_the_output_by_the_context_given(tmp_path: Path) -> None:
+    request = tmp_path / "req.json"
+    request.write_text(json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "ignore_eos": True}))
+    proc = subprocess.run([*DRAFTGATE, "explain", str(request), "--json", "--max-model-len", "4096"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert sum(out["expected_tokens"].values()) == 4096 - out["prompt_tokens"]  # ignore_eos runs to the end
+    refused = subprocess.run([*DRAFTGATE, "explain", str(request), "--max-model-len", "0"],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "--max-model-len must be a positive" in refused.stderr

@@ -177,6 +177,22 @@ def test_explain_endpoint(s: Stack) -> None:
     assert "break_even_ws" in out and out["reasons"]
 
 
+def test_the_models_context_bounds_the_expected_output(s: Stack) -> None:
+    """A schema asking for 100,000 long items, with no max_tokens, is expected to run only as far as
+    the shorter of the pools' contexts lets it (as vLLM stops it there), not for millions of tokens."""
+    contexts = [httpx.get(f"{pool.url}/v1/models").json()["data"][0]["max_model_len"] for pool in (s.on, s.off)]
+    rows = {"type": "array", "minItems": 100_000, "items": {"type": "string", "minLength": 200}}
+    request = {"model": MODEL, "messages": USER, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "rows", "schema": rows}}}
+    out = httpx.post(f"{s.proxy.url}/draftgate/explain", json=request).json()
+    expected = sum(out["expected_tokens"].values())
+    assert expected <= min(contexts) - out["prompt_tokens"] + 1e-6
+    assert expected > min(contexts) / 2  # capped there, not shrunk
+    assert any("the context's room after the prompt" in r for r in out["reasons"])
+    capped = httpx.post(f"{s.proxy.url}/draftgate/explain", json={**request, "max_tokens": 500}).json()
+    assert sum(capped["expected_tokens"].values()) == pytest.approx(500)
+
+
 def test_unsupported_sampling_and_n_go_plain(s: Stack) -> None:
     for extra in ({"frequency_penalty": 0.3}, {"n": 2}, {"logprobs": True}):
         r = httpx.post(f"{s.proxy.url}/v1/chat/completions", json={

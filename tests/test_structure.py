@@ -425,3 +425,45 @@ def test_min_tokens_and_ignore_eos_extend_the_output_as_prose() -> None:
     assert estimate(body(**call, min_tokens=400.0)).expected_tokens == longer.expected_tokens  # as vLLM reads it
     for odd in ("400", 400.5, True, -3, None, float("nan"), float("inf")):
         assert estimate(body(**call, min_tokens=odd)).expected_tokens == plain.expected_tokens, odd
+
+
+ROWS = {"type": "json_schema", "json_schema": {"name": "rows", "schema": {
+    "type": "array", "minItems": 100_000, "items": {"type": "string", "minLength": 200}}}}
+
+
+def test_the_context_bounds_the_output_as_vllm_does() -> None:
+    """With no cap, vLLM stops a request at max_model_len less its prompt; so does the estimate,
+    and the lower of that and max_tokens is the cap."""
+    unbounded = estimate(body(response_format=ROWS))
+    assert unbounded.expected_tokens.total > 500_000
+    bounded = estimate(body(response_format=ROWS), context_tokens=32_768)
+    assert bounded.expected_tokens.total == pytest.approx(32_768 - bounded.prompt_tokens)
+    assert any("the context's room after the prompt" in r for r in bounded.reasons)
+    assert estimate(body(response_format=ROWS, max_tokens=900), context_tokens=32_768).expected_tokens.total == 900
+    assert estimate(body(response_format=ROWS, max_tokens=10**6), context_tokens=32_768).expected_tokens == \
+        bounded.expected_tokens
+    to_the_end = estimate(body(ignore_eos=True), context_tokens=4096)  # runs to the context's end, as prose
+    assert to_the_end.expected_tokens.f == pytest.approx(4096 - to_the_end.prompt_tokens)
+    # a short answer is untouched, and a prompt that fills the context leaves a token, not a negative length
+    assert estimate(body(tools=[WEATHER]), context_tokens=32_768).expected_tokens == \
+        estimate(body(tools=[WEATHER])).expected_tokens
+    full = estimate(body(messages=[{"role": "user", "content": "x" * 40_000}]), context_tokens=4096)
+    assert full.expected_tokens.total == pytest.approx(1.0) and full.w_f == 1.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(context=st.integers(1, 200_000), cap=st.none() | st.integers(1, 10**7), floor=st.none() | st.integers(1, 10**7),
+       ignore_eos=st.booleans(), thinking=st.booleans(), prompt_chars=st.integers(0, 400_000))
+def test_no_estimate_runs_past_the_context(context: int, cap: int | None, floor: int | None, ignore_eos: bool,
+                                           thinking: bool, prompt_chars: int) -> None:
+    fields: dict[str, Any] = {"response_format": ROWS, "ignore_eos": ignore_eos,
+                              "messages": [{"role": "user", "content": "x" * prompt_chars}],
+                              "chat_template_kwargs": {"enable_thinking": thinking}}
+    if cap is not None:
+        fields["max_tokens"] = cap
+    if floor is not None:
+        fields["min_tokens"] = floor
+    e = estimate(body(**fields), context_tokens=context)
+    assert 0 < e.expected_tokens.total <= max(1.0, context - e.prompt_tokens) * (1 + 1e-9)
+    assert e.expected_tokens.total <= (cap or math.inf) * (1 + 1e-9)
+    assert abs(e.w_s + e.w_r + e.w_f - 1.0) < 1e-9

@@ -110,8 +110,13 @@ def estimate(
     priors: StructurePriors = DEFAULT_PRIORS,
     defaults: SamplingDefaults | None = None,
     endpoint: Endpoint = "chat",
+    context_tokens: float | None = None,
 ) -> StructureEstimate:
-    """Estimate the S/R/F split of the output ``body`` asks for; never raises."""
+    """Estimate the S/R/F split of the output ``body`` asks for; never raises.
+
+    ``context_tokens``: the model's ``max_model_len`` when the pools have said it,
+    which bounds the output as vLLM does when the request sets no lower cap.
+    """
     defaults = defaults or NO_DEFAULTS
     if not isinstance(body, dict):
         body = {}
@@ -143,8 +148,10 @@ def estimate(
     blockers = speculation_blockers(body, defaults, endpoint, priors.speculation_blocked_by)
     for blocker in blockers:
         draft.note(f"{blocker}: vLLM will not speculate on this request")
+    prompt_tokens = _prompt_tokens(body, endpoint, priors)
+    room = None if context_tokens is None else context_tokens - prompt_tokens
     (s_tokens, r_tokens, f_tokens), bounds = bounded(body, (draft.schema_tokens, draft.reasoning_tokens,
-                                                            draft.prose_tokens))
+                                                            draft.prose_tokens), room)
     for note in bounds:
         draft.note(note)
     tokens = ClassTokens(s_tokens, r_tokens, f_tokens)
@@ -163,7 +170,7 @@ def estimate(
         n=n,
         speculation_blockers=tuple(blockers),
         p_tool_call=draft.p_call,
-        prompt_tokens=_prompt_tokens(body, endpoint, priors),
+        prompt_tokens=prompt_tokens,
         constrained=draft.constrained,
         thinking=draft.thinking,
     )

@@ -1,10 +1,11 @@
 """How long an output may run: the bounds a request sets on the estimate.
 
-``max_completion_tokens`` / ``max_tokens`` cut it short; reasoning is
-generated first, so it is what remains. vLLM's ``min_tokens`` holds the end
-off until that many tokens exist, and ``ignore_eos`` until the cap: what a
-model writes past the point where it would have stopped is bound by no
-schema, so it is counted as prose.
+``max_completion_tokens`` / ``max_tokens`` cut it short, and so does the
+model's context: vLLM stops a request at ``max_model_len`` less its prompt,
+whether or not it set a cap. Reasoning is generated first, so it is what
+remains. vLLM's ``min_tokens`` holds the end off until that many tokens exist,
+and ``ignore_eos`` until the cap: what a model writes past the point where it
+would have stopped is bound by no schema, so it is counted as prose.
 """
 
 from __future__ import annotations
@@ -14,10 +15,20 @@ from typing import Any
 Split = tuple[float, float, float]  # expected tokens: schema-bound, reasoning, prose
 
 
-def bounded(body: dict[str, Any], split: Split) -> tuple[Split, list[str]]:
-    """``split`` within the request's bounds, and what was changed, in words."""
+def bounded(body: dict[str, Any], split: Split, room: float | None = None) -> tuple[Split, list[str]]:
+    """``split`` within the request's bounds, and what was changed, in words.
+
+    ``room``: the tokens the context leaves after the prompt, when the model's
+    context is known. Without it a schema that asks for 100,000 items is
+    expected to run that long, and so long an answer makes any prefill it
+    costs look free.
+    """
     s, r, f = split
     cap = _count(body, "max_completion_tokens") or _count(body, "max_tokens")
+    if room is not None and (cap is None or room < cap):
+        cap, capped_by = max(1.0, room), "the context's room after the prompt"
+    else:
+        capped_by = "max_tokens"
     floor = _count(body, "min_tokens")
     notes: list[str] = []
     if body.get("ignore_eos") is True:
@@ -34,7 +45,7 @@ def bounded(body: dict[str, Any], split: Split) -> tuple[Split, list[str]]:
         return (s, r, f + floor - total), notes
     if cap is None or total <= cap:
         return (s, r, f), notes
-    notes.append(f"output capped at {cap:.0f} tokens")
+    notes.append(f"output capped at {cap:.0f} tokens ({capped_by})")
     r_capped = min(r, cap)
     rest = s + f
     scale = (cap - r_capped) / rest if rest > 0 else 0.0

@@ -26,6 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                          "priors (default: spec-on at depth 8 and spec-off, calibration defaults)")
     parser.add_argument("--calibration", help="a calibration file written by draftgate calibrate (overrides the "
                                               "configuration's)")
+    parser.add_argument("--max-model-len", type=int, metavar="TOKENS",
+                        help="the model's context, as the pools' /v1/models reports it: bounds the expected "
+                             "output as the proxy's estimate is bounded (default: unbounded)")
 
 
 def read_body(source: str) -> Any:
@@ -85,7 +88,9 @@ def run(args: argparse.Namespace) -> int:
         gate = Gatekeeper(load_settings(args.config, **overrides))
     except ConfigError as exc:
         raise CliError(str(exc)) from None
-    result = gate.explanation(gate.plan(*explained_as(body, args.completions)))
+    if args.max_model_len is not None and args.max_model_len < 1:
+        raise CliError("--max-model-len must be a positive number of tokens")
+    result = gate.explanation(gate.plan(*explained_as(body, args.completions), context=args.max_model_len))
     if args.json:
         json.dump(result, sys.stdout)
         sys.stdout.write("\n")
