@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from policy.structure import chat_completion, chat_view
+from policy.vllm_fields import as_bool, streams, wants_usage
 from proxy.auth import bearer_token, token_matches
 from proxy.catalog import ModelCatalog
 from proxy.config import ConfigError, ProxySettings
@@ -45,7 +46,7 @@ from proxy.monitor import Monitor
 from proxy.observe import Observation, parse_json
 from proxy.passthrough import PassThrough
 from proxy.recorder import Recorder
-from proxy.relay import client_wants_usage, relay_events
+from proxy.relay import relay_events
 from proxy.request_body import BadRequest, read_body, read_json, validate
 from proxy.shutdown import Shutdown, shutting_down_error, shutting_down_event
 from proxy.stored_responses import (
@@ -107,7 +108,7 @@ class Proxy:
             raw, body = await read_json(request, *self._body_limits())
             validate(body, endpoint)
             await self.catalog.check(body)
-            if endpoint == "responses" and (continued_response_id(body) or body.get("background") is True):
+            if endpoint == "responses" and (continued_response_id(body) or as_bool(body.get("background"))):
                 # State decides where these go (the holder of the response continued), or
                 # the answer is fetched later, past the proxy's sight: nothing to gate.
                 return await self.pass_through(request, raw, body)
@@ -144,7 +145,7 @@ class Proxy:
         """Send upstream, failing over as needed, and answer: relayed as a stream, or whole."""
         gk = self.gk
         prefer = (plan.affinity.placement.pool, plan.affinity.placement.replica) if plan.affinity else None
-        streamed = plan.body.get("stream") is True
+        streamed = streams(plan.body)
         try:
             upstream = await send_with_failover(gk, self.upstream, "POST", upstream_target(request.scope, path),
                                                 request.scope["headers"], raw, plan.order, prefer, plan.model,
@@ -165,7 +166,7 @@ class Proxy:
         observation.failovers = upstream.failovers
         headers = downstream_headers(upstream.response.headers) + _raw(plan.headers(upstream.pool.name))
         if streamed and upstream.response.status_code == 200:
-            strip = not client_wants_usage(plan.body)
+            strip = not wants_usage(plan.body)
             stream = StreamingResponse(self._stream(plan, upstream, observation, strip, overhead), status_code=200)
             stream.raw_headers = headers
             return stream

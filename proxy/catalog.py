@@ -60,7 +60,8 @@ class ModelCatalog:
         """Read the lists now if ``model`` is on none of them (at most every few seconds),
         or in the background once they are old."""
         age = time.monotonic() - self.checked_at
-        if model not in self.known and age > RETRY_UNKNOWN_AFTER_SECONDS:
+        listed = isinstance(model, str) and model in self.known
+        if not listed and age > RETRY_UNKNOWN_AFTER_SECONDS:
             await self.refresh()
         elif age > REFRESH_AFTER_SECONDS and (self._background is None or self._background.done()):
             self._background = asyncio.get_running_loop().create_task(self.refresh())

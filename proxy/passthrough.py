@@ -16,6 +16,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from policy.vllm_fields import streams
 from proxy.catalog import ModelCatalog
 from proxy.errors import openai_error
 from proxy.forwarding import (
@@ -60,7 +61,7 @@ class PassThrough:
         order = self.gk.plain_first(self.catalog.pools_serving(named.get("model") if isinstance(named, dict) else None))
         try:
             holder = await self._holder_of_stored_response(request, named, order)
-            streamed = (isinstance(named, dict) and named.get("stream") is True) or streams_stored_response(
+            streamed = streams(named) or streams_stored_response(
                 request.method, raw_path(request.scope), request.scope["query_string"])
             upstream = await send_with_failover(self.gk, self.upstream, request.method,
                                                 upstream_target(request.scope), request.scope["headers"], raw,

@@ -21,6 +21,7 @@ from typing import Any
 from policy import law
 from policy.attribution import CounterAttribution
 from policy.structure import ObservedStructure
+from policy.vllm_fields import streams
 from proxy.forwarding import Upstream
 from proxy.gatekeeper import Gatekeeper, Plan
 from proxy.logs import RequestLog
@@ -274,7 +275,7 @@ class Recorder:
             "endpoint": plan.endpoint,
             "model": plan.model or "", "route": route, "replica": replica,
             "decided": plan.decision.route, "explored": plan.explored, "class": plan.request_class,
-            "status": status, "stream": plan.body.get("stream") is True,
+            "status": status, "stream": streams(plan.body),
             "w_s_predicted": round(plan.estimate.w_s, 4),
             "predicted_saving": round(plan.decision.predicted_saving, 4),
             "failovers": observation.failovers,

@@ -20,11 +20,6 @@ from proxy.observe import Observation
 from proxy.upstream import UpstreamAborted, UpstreamError
 
 
-def client_wants_usage(body: dict[str, Any]) -> bool:
-    options = body.get("stream_options")
-    return isinstance(options, dict) and bool(options.get("include_usage"))
-
-
 def _is_usage_only(payload: Any) -> bool:
     return isinstance(payload, dict) and payload.get("choices") == [] and "usage" in payload
 

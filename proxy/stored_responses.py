@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote
 
+from policy.vllm_fields import as_bool
 from proxy.forwarding import upstream_headers
 from proxy.pools import Pool, Replica
 from proxy.upstream import UpstreamClient, UpstreamError
@@ -49,13 +50,13 @@ def streams_stored_response(method: str, path: str, query: bytes) -> bool:
     if method != "GET" or b"stream=" not in query or not stored_response_id(path):
         return False
     asked = parse_qs(query.decode("latin-1")).get("stream", [""])[-1]
-    return asked.lower() in ("1", "true", "yes", "on")  # a query bool, as vLLM's FastAPI reads one
+    return as_bool(asked) is True  # a query bool, as vLLM's FastAPI reads one
 
 
 def stored(body: Any) -> bool:
     """Whether the response ``body`` asks for may be stored: unless it says ``store: false``
     (a server without the store keeps nothing either, but the proxy cannot tell)."""
-    return not (isinstance(body, dict) and body.get("store") is False)
+    return not (isinstance(body, dict) and as_bool(body.get("store")) is False)
 
 
 def continued_response_id(body: Any) -> str | None:

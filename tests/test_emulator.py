@@ -299,6 +299,29 @@ def test_errors_in_vllms_shape(pools) -> None:
             assert r.status_code == 400 and r.json()["error"]["param"] == field, (path, r.text)
 
 
+def test_fields_are_typed_as_vllms_lax_request_models_type_them(pools) -> None:
+    """vLLM reads "true" as true and "5" as 5 in a request, and refuses what reads as neither."""
+    on, _ = pools
+    url = f"{on.url}/v1/chat/completions"
+    with httpx.stream("POST", url, json={"messages": USER, "stream": "true", "max_tokens": "5", "n": None,
+                                         "stream_options": {}}) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    assert events[-1]["usage"]["completion_tokens"] == 5  # stream_options {} asks for usage, as in vLLM
+    answer = httpx.post(url, json={"messages": USER, "stream": "false", "max_tokens": 4.0, "temperature": "0"}).json()
+    assert answer["usage"]["completion_tokens"] == 4
+    for field, value in (("stream", "maybe"), ("max_tokens", "five"), ("temperature", "hot"), ("n", 2.5),
+                         ("logprobs", "some"), ("stream_options", {"include_usage": "often"})):
+        r = httpx.post(url, json={"messages": USER, "stream": True, field: value})
+        assert r.status_code == 400 and r.json()["error"]["param"].startswith(field), (field, r.text)
+    # a field of another route's model is an extra here, passed over untyped as vLLM passes it
+    r = httpx.post(url, json={"messages": USER, "max_tokens": 2, "max_output_tokens": "lots", "background": "x"})
+    assert r.status_code == 200
+    resp = httpx.post(f"{on.url}/v1/responses", json={"input": "hi", "max_output_tokens": "6", "store": "false"})
+    assert resp.status_code == 200 and resp.json()["usage"]["output_tokens"] == 6
+    assert httpx.get(f"{on.url}/v1/responses/{resp.json()['id']}").status_code == 404  # "false" did not store it
+
+
 def test_schemas_and_patterns_that_ask_for_the_impossible_are_answered_cut_at_max_tokens(pools) -> None:
     """vLLM constrains decoding and stops at max_tokens whatever a schema asks; the emulator
     builds an output first, so it must not build a million items (it hung) or fail on 1e400."""

@@ -111,6 +111,25 @@ def test_streams_match_a_direct_call_event_for_event(s: Stack) -> None:
     assert via == direct  # the direct call carries the forced usage chunk; the proxy removes it
 
 
+def test_fields_vllm_reads_laxly_are_relayed_as_vllm_answers_them(s: Stack) -> None:
+    """vLLM streams "stream": "true" (its request models are lax), so the proxy relays that as a
+    stream, event by event, and measures it as one; and stream_options {} asks for usage there."""
+    streamed_before = s.metric("draftgate_decode_seconds_per_token_count")
+    body = {"model": MODEL, "messages": USER, "temperature": 0, "max_tokens": "200", "stream": "true"}
+    with httpx.stream("POST", f"{s.proxy.url}/v1/chat/completions", json=body, timeout=60) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        pieces = list(r.iter_raw())
+    text = b"".join(pieces).decode()
+    assert text.rstrip().endswith("data: [DONE]") and text.count("data: {") > 3
+    assert len(pieces) > 3  # relayed as the events came (over some 70 ms), not gathered into one answer
+    assert "usage" not in text  # the pool's forced usage chunk is the proxy's, not the client's
+    assert wait_until(lambda: s.metric("draftgate_decode_seconds_per_token_count") > streamed_before)
+    asked = httpx.post(f"{s.proxy.url}/v1/chat/completions", timeout=60,
+                       json={**body, "stream": True, "stream_options": {}}).text
+    usage = [json.loads(line[6:]) for line in asked.split("\n\n") if line.startswith("data: {") and '"usage"' in line]
+    assert usage and usage[-1]["usage"]["completion_tokens"] > 3
+
+
 def test_request_body_reaches_the_backend_byte_for_byte(s: Stack) -> None:
     raw = b'{"model":"Qwen/Qwen3-32B",  "messages":[{"role":"user","content":"hi \\u00e9"}],"max_tokens":3,"z":1}'
     r = httpx.post(s.proxy.url + "/v1/chat/completions", content=raw,

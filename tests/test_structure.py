@@ -230,14 +230,28 @@ request_keys = st.sampled_from(["tools", "tool_choice", "response_format", "stru
                                 "guided_json", "logprobs", "parallel_tool_calls", "prompt", "min_p"])
 
 
-@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan, 10**400, -(10**400), "0.2"],
-                         ids=["inf", "-inf", "nan", "huge-int", "huge-negative-int", "string"])
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan, 10**400, -(10**400), "hot", [0.2]],
+                         ids=["inf", "-inf", "nan", "huge-int", "huge-negative-int", "word", "list"])
 def test_numbers_no_server_runs_with_are_read_as_absent(value: Any) -> None:
     e = estimate(body(temperature=value, max_tokens=10**400, frequency_penalty=value),
                  defaults=SamplingDefaults(temperature=0.6))
     assert e.temperature == 0.6 and e.temperature_from_default and not e.speculation_blockers
     assert any("not a finite number: pool default 0.6 assumed" in r for r in e.reasons)
     assert e.expected_tokens.total > 0 and math.isfinite(e.expected_tokens.total)
+
+
+def test_fields_are_read_as_vllms_lax_request_models_read_them() -> None:
+    """"0.2", "450" and "true" are what vLLM runs with, so they are what the estimate assumes."""
+    as_sent = estimate(body(temperature="0.2", max_tokens="40", n="2", ignore_eos="yes", logprobs="true",
+                            frequency_penalty=" 0.5 "), defaults=SamplingDefaults(temperature=0.6))
+    typed = estimate(body(temperature=0.2, max_tokens=40, n=2, ignore_eos=True, logprobs=True,
+                          frequency_penalty=0.5), defaults=SamplingDefaults(temperature=0.6))
+    assert as_sent.temperature == 0.2 and not as_sent.temperature_from_default
+    assert as_sent.expected_tokens == typed.expected_tokens and as_sent.expected_tokens.total == 40
+    assert as_sent.n == 2 and as_sent.speculation_blockers == typed.speculation_blockers
+    assert as_sent.speculation_blockers == ("frequency_penalty=0.5", "logprobs requested")
+    completions = estimate({"prompt": "x", "logprobs": "2"}, endpoint="completions")
+    assert completions.speculation_blockers == ("logprobs requested",)
 
 
 @settings(max_examples=300, deadline=None)
@@ -422,8 +436,9 @@ def test_min_tokens_and_ignore_eos_extend_the_output_as_prose() -> None:
     assert estimate(body(**call, min_tokens=1)).expected_tokens == plain.expected_tokens
     unbounded = estimate(body(**call, ignore_eos=True))
     assert unbounded.expected_tokens == plain.expected_tokens and any("ignore_eos" in r for r in unbounded.reasons)
-    assert estimate(body(**call, min_tokens=400.0)).expected_tokens == longer.expected_tokens  # as vLLM reads it
-    for odd in ("400", 400.5, True, -3, None, float("nan"), float("inf")):
+    for same in (400.0, "400", " 400 "):  # as vLLM's lax request model reads them
+        assert estimate(body(**call, min_tokens=same)).expected_tokens == longer.expected_tokens, same
+    for odd in ("four hundred", 400.5, "400.5", -3, None, float("nan"), float("inf")):
         assert estimate(body(**call, min_tokens=odd)).expected_tokens == plain.expected_tokens, odd
 
 

@@ -34,6 +34,7 @@ from lab.emulator.engine import Engine, Sequence, SpecConfig
 from lab.emulator.faults import CutShort, Faults
 from lab.emulator.metrics import EngineMetrics
 from lab.emulator.profile import EngineProfile
+from lab.emulator.request_fields import BadRequest, check_sampling, typed
 from lab.emulator.responses import Responses
 from lab.emulator.speculation import position_model
 from lab.emulator.textgen import Generated, OutputToken, generate, request_digest
@@ -56,12 +57,6 @@ class EmulatorConfig:
     time_scale: float = 1.0
     faults: Faults = field(default_factory=Faults)
     responses_store: bool = False  # vLLM's VLLM_ENABLE_RESPONSES_API_STORE
-
-
-class _BadRequest(Exception):
-    def __init__(self, message: str, status: int = 400, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.param = status, param
 
 
 class Emulator:
@@ -117,8 +112,8 @@ class Emulator:
             elif isinstance(body.get("prompt"), str):
                 text = body["prompt"]
             else:
-                raise _BadRequest("either 'prompt' (a string) or 'messages' (a list) is required", param="prompt")
-        except _BadRequest as exc:
+                raise BadRequest("either 'prompt' (a string) or 'messages' (a list) is required", param="prompt")
+        except BadRequest as exc:
             return wire.error_response(str(exc), exc.status, exc.param)
         pieces = tokenize(text)
         answer = {"count": len(pieces), "max_model_len": self.get_engine().kv_capacity,
@@ -145,7 +140,7 @@ class Emulator:
     async def _complete(self, request: Request, endpoint: str) -> Response:
         try:
             body = await self._parse(request, endpoint)
-        except _BadRequest as exc:
+        except BadRequest as exc:
             return wire.error_response(str(exc), exc.status, exc.param)
         faults = self.faults
         if faults.first_byte_delay:
@@ -182,40 +177,40 @@ class Emulator:
         """A JSON object body naming this model (or none), as every POST route needs it."""
         # as vLLM checks it: the media type, in any case, and no header is no JSON
         if request.headers.get("content-type", "").lower().split(";", 1)[0].strip() != "application/json":
-            raise _BadRequest("Unsupported Media Type: Only 'application/json' is allowed")
+            raise BadRequest("Unsupported Media Type: Only 'application/json' is allowed")
         raw = await request.body()
         self.received.append({"body": raw.decode("utf-8", "replace"), "headers": dict(request.headers)})
         try:
             body = json.loads(raw)
         except (ValueError, RecursionError) as exc:  # bad JSON or UTF-8, a huge integer, deep nesting
-            raise _BadRequest(f"Invalid JSON body: {exc}") from None
+            raise BadRequest(f"Invalid JSON body: {exc}") from None
         if not isinstance(body, dict):
-            raise _BadRequest("The request body must be a JSON object")
+            raise BadRequest("The request body must be a JSON object")
         model = body.get("model")
         if model and model != self.config.model:  # vLLM serves an empty (or absent) name as its own model
-            raise _BadRequest(f"The model `{model}` does not exist.", 404, "model")
+            raise BadRequest(f"The model `{model}` does not exist.", 404, "model")
         return body
 
     async def _parse(self, request: Request, endpoint: str) -> dict[str, Any]:
-        body = await self._read_object(request)
+        body = typed(await self._read_object(request), endpoint)
         if endpoint == "chat":
             messages = body.get("messages")
             if not isinstance(messages, list) or not messages or not all(
                     isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
-                raise _BadRequest("messages must be a non-empty list of objects with a role", param="messages")
+                raise BadRequest("messages must be a non-empty list of objects with a role", param="messages")
         elif not isinstance(body.get("prompt"), (str, list)):
-            raise _BadRequest("prompt must be a string or a list", param="prompt")
+            raise BadRequest("prompt must be a string or a list", param="prompt")
         check_sampling(body, ("max_tokens", "max_completion_tokens"))
-        n = body.get("n", 1)
-        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 16:
-            raise _BadRequest("n must be an integer between 1 and 16", param="n")
+        n = body["n"] = 1 if body.get("n") is None else body["n"]
+        if not 1 <= n <= 16:
+            raise BadRequest("n must be an integer between 1 and 16", param="n")
         if body.get("tools") is not None and not isinstance(body["tools"], list):
-            raise _BadRequest("tools must be a list", param="tools")
+            raise BadRequest("tools must be a list", param="tools")
         choice = body.get("tool_choice")
         if choice is not None and choice not in ("none", "auto", "required") and not (
                 isinstance(choice, dict) and isinstance(choice.get("function"), dict)
                 and isinstance(choice["function"].get("name"), str)):
-            raise _BadRequest("tool_choice must be none, auto, required or a named function", param="tool_choice")
+            raise BadRequest("tool_choice must be none, auto, required or a named function", param="tool_choice")
         return body
 
     def _sequences(self, body: dict[str, Any], endpoint: str) -> tuple[list[Sequence], list[Generated], int]:
@@ -296,8 +291,8 @@ class Emulator:
                       gens: list[Generated], prompt_len: int) -> AsyncIterator[bytes]:
         created = int(time.time())
         obj = "chat.completion.chunk" if endpoint == "chat" else "text_completion"
-        options = body.get("stream_options") if isinstance(body.get("stream_options"), dict) else {}
-        include_usage = bool(options.get("include_usage")) or self.config.force_include_usage
+        options = body.get("stream_options") or {}
+        include_usage = options.get("include_usage") or self.config.force_include_usage
         want_logprobs = body.get("logprobs") is True if endpoint == "chat" else isinstance(body.get("logprobs"), int)
         top = (body.get("top_logprobs") or 0) if endpoint == "chat" else (body.get("logprobs") or 0)
 
@@ -363,24 +358,6 @@ class Emulator:
             for seq in seqs:
                 if not seq.finished:
                     self.get_engine().abort(seq)
-
-
-def check_sampling(body: dict[str, Any], caps: tuple[str, ...]) -> None:
-    """The fields every generating route types alike, checked as vLLM's request models
-    check them (a token cap is an integer: ``NaN`` or ``1e400`` is refused, not echoed)."""
-    for name in caps:
-        value = body.get(name)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            raise _BadRequest(f"{name} must be a positive integer", param=name)
-    temperature = body.get("temperature")
-    if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
-                                    or not 0 <= temperature <= 2):
-        raise _BadRequest("temperature must be a number between 0 and 2", param="temperature")
-    top_p = body.get("top_p")
-    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
-        raise _BadRequest(f"top_p must be in (0, 1], got {top_p}.", param="top_p")
-    if not isinstance(body.get("stream", False), bool):
-        raise _BadRequest("stream must be a boolean", param="stream")
 
 
 def _inject_mismatch(gen: Generated) -> None:

@@ -29,8 +29,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from lab.emulator import wire
+from lab.emulator.request_fields import BadRequest, check_sampling, typed
 from lab.emulator.response_events import LiveItems, Numbered, opened, replayed
 from policy.structure.responses_api import chat_view
+from policy.vllm_fields import as_bool
 
 if TYPE_CHECKING:
     from lab.emulator.app import Emulator
@@ -41,9 +43,7 @@ _TERMINAL = frozenset({"completed", "cancelled", "failed", "incomplete"})
 # request fields the response repeats, typed as vLLM's request model types them (a NaN
 # where a string belongs is refused there, not written into an answer JSON cannot hold)
 _TYPED = {"instructions": str, "user": str, "previous_response_id": str, "metadata": dict, "text": dict,
-          "reasoning": dict, "tools": list, "include": list, "parallel_tool_calls": bool, "store": bool,
-          "background": bool}
-_TRUE = frozenset({"1", "true", "yes", "on"})  # a query bool, as FastAPI reads one
+          "reasoning": dict, "tools": list, "include": list}
 
 
 def _not_found(response_id: str) -> JSONResponse:
@@ -113,23 +113,21 @@ class Responses:
         ]
 
     async def create(self, request: Request) -> Response:
-        from lab.emulator.app import _BadRequest, check_sampling  # here: the app imports this module
-
         try:
-            body = await self.emulator._read_object(request)
+            body = typed(await self.emulator._read_object(request), "responses")
             if not isinstance(body.get("input"), (str, list)):
-                raise _BadRequest("input must be a string or a list of items", param="input")
+                raise BadRequest("input must be a string or a list of items", param="input")
             check_sampling(body, ("max_output_tokens",))
             top = body.get("top_logprobs")
-            if top is not None and (not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= 20):
-                raise _BadRequest("top_logprobs must be an integer from 0 to 20", param="top_logprobs")
+            if top is not None and not 0 <= top <= 20:
+                raise BadRequest("top_logprobs must be an integer from 0 to 20", param="top_logprobs")
             for name, kind in _TYPED.items():
                 if body.get(name) is not None and not isinstance(body[name], kind):
-                    raise _BadRequest(f"{name} must be of type {kind.__name__}", param=name)
+                    raise BadRequest(f"{name} must be of type {kind.__name__}", param=name)
             if body.get("tool_choice") not in (None, "none", "auto", "required") and not isinstance(
                     body["tool_choice"], dict):
-                raise _BadRequest("tool_choice must be none, auto, required or an object", param="tool_choice")
-        except _BadRequest as exc:
+                raise BadRequest("tool_choice must be none, auto, required or an object", param="tool_choice")
+        except BadRequest as exc:
             return wire.error_response(str(exc), exc.status, exc.param)
         faults = self.emulator.faults  # as on chat: the request waits, or fails, before it runs
         if faults.first_byte_delay:
@@ -169,7 +167,7 @@ class Responses:
         response = self.stored.get(rid)
         if response is None:
             return _not_found(rid)
-        if request.query_params.get("stream", "").lower() not in _TRUE:
+        if as_bool(request.query_params.get("stream")) is not True:  # a query bool, as FastAPI reads one
             return JSONResponse(response)
         after = request.query_params.get("starting_after", "-1")
         if not after.lstrip("-").isdigit():

@@ -17,6 +17,7 @@ from policy.structure.priors import DEFAULT_PRIORS, StructurePriors
 from policy.structure.relevance import unrelated_to_tools
 from policy.structure.sampling import NO_DEFAULTS, SamplingDefaults, effective, speculation_blockers
 from policy.structure.schema_length import SchemaWalk, expected_json_chars
+from policy.vllm_fields import as_bool, as_int
 
 Endpoint = Literal["chat", "completions"]
 _LEGACY_GUIDED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")
@@ -141,8 +142,8 @@ def estimate(
         given = body.get("temperature")
         draft.note(f"temperature omitted: pool default {temperature:g} applies" if given is None else
                    f"temperature {str(given)[:24]!r} is not a finite number: pool default {temperature:g} assumed")
-    n = body.get("n", 1)
-    n = n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else 1
+    n = as_int(body.get("n")) or 1
+    n = max(n, 1)
     if n > 1:
         draft.note(f"n={n}: per-request speculation metrics are unavailable; plain pool preferred")
     blockers = speculation_blockers(body, defaults, endpoint, priors.speculation_blocked_by)
@@ -212,7 +213,7 @@ def _read_thinking(body: dict[str, Any], draft: _Draft) -> None:
     else:
         tokens = p.reasoning_tokens_default
         draft.note(f"thinking on: ~{tokens:.0f} reasoning tokens expected")
-    if body.get("include_reasoning") is False:
+    if as_bool(body.get("include_reasoning")) is False:
         draft.note("include_reasoning=false hides the reasoning but the model still generates it")
     draft.reasoning_tokens = tokens
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from policy.vllm_fields import as_bool, as_int
+
 Split = tuple[float, float, float]  # expected tokens: schema-bound, reasoning, prose
 
 
@@ -31,7 +33,8 @@ def bounded(body: dict[str, Any], split: Split, room: float | None = None) -> tu
         capped_by = "max_tokens"
     floor = _count(body, "min_tokens")
     notes: list[str] = []
-    if body.get("ignore_eos") is True:
+    ignore_eos = as_bool(body.get("ignore_eos")) is True
+    if ignore_eos:
         if cap is None:
             notes.append("ignore_eos without max_tokens: runs to the context's end, length not estimated")
         else:
@@ -40,7 +43,7 @@ def bounded(body: dict[str, Any], split: Split, room: float | None = None) -> tu
         floor = min(floor, cap)  # vLLM refuses min_tokens above max_tokens; never estimate past the cap
     total = s + r + f
     if floor is not None and total < floor:
-        why = "ignore_eos" if body.get("ignore_eos") is True and floor == cap else f"min_tokens={floor:.0f}"
+        why = "ignore_eos" if ignore_eos and floor == cap else f"min_tokens={floor:.0f}"
         notes.append(f"{why}: ~{floor - total:.0f} tokens past the answer's end, estimated as prose")
         return (s, r, f + floor - total), notes
     if cap is None or total <= cap:
@@ -53,10 +56,7 @@ def bounded(body: dict[str, Any], split: Split, room: float | None = None) -> tu
 
 
 def _count(body: dict[str, Any], name: str) -> float | None:
-    """A positive whole number (vLLM takes 450.0 for 450), as a float; None when absent or not one."""
-    value = body.get(name)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    if isinstance(value, float) and not value.is_integer():  # NaN and infinity are not integers either
-        return None
-    return float(min(value, 1 << 53)) if value > 0 else None  # JSON integers have no bound; floats do
+    """A positive whole number as vLLM reads one (450.0 and "450" are 450), as a float;
+    None when absent or not one."""
+    value = as_int(body.get(name))
+    return float(min(value, 1 << 53)) if value is not None and value > 0 else None  # JSON integers have no bound

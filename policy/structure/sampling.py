@@ -15,6 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from policy.vllm_fields import as_bool, as_float, as_int
+
 _EPS = 1e-5
 LEGACY_BLOCKERS = ("penalties", "min_p", "logprobs")
 _PENALTIES = (("frequency_penalty", 0.0), ("presence_penalty", 0.0), ("repetition_penalty", 1.0))
@@ -40,15 +42,11 @@ NO_DEFAULTS = SamplingDefaults()
 
 def effective(body: dict[str, Any], name: str, defaults: SamplingDefaults) -> tuple[float, bool]:
     """The value a server would use for ``name``, and whether it came from the defaults."""
-    value = body.get(name)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        try:
-            number = float(value)
-        except OverflowError:  # JSON integers have no bound; floats do
-            number = math.inf
-        # NaN or infinity is no setting a server runs with: the pool's default stands in
-        if math.isfinite(number):
-            return number, False
+    number = as_float(body.get(name))
+    # NaN or infinity is no setting a server runs with (nor an integer past float range,
+    # which vLLM refuses): the pool's default stands in
+    if number is not None and math.isfinite(number):
+        return number, False
     return float(getattr(defaults, name)), True
 
 
@@ -74,10 +72,9 @@ def speculation_blockers(body: dict[str, Any], defaults: SamplingDefaults, endpo
         if min_p > _EPS:
             blockers.append(f"min_p={min_p:g}" + (" (pool default)" if from_default else ""))
     if "logprobs" in blocked_by:
-        logprobs = body.get("logprobs")
-        if endpoint == "completions":
-            if isinstance(logprobs, int) and not isinstance(logprobs, bool):
+        if endpoint == "completions":  # there logprobs is how many to return
+            if as_int(body.get("logprobs")) is not None:
                 blockers.append("logprobs requested")
-        elif logprobs is True or body.get("top_logprobs") not in (None, 0, False):
+        elif as_bool(body.get("logprobs")) or as_int(body.get("top_logprobs")):
             blockers.append("logprobs requested")
     return blockers

@@ -1,0 +1,84 @@
+"""A request's fields typed as vLLM's request models type them, before anything reads them.
+
+vLLM validates a body into a pydantic model in lax mode, so ``"stream": "true"``
+streams there, ``"max_tokens": "40"`` caps at 40, and a temperature of
+``"hot"`` is refused with a 400. The emulator types a body the same way, through
+the readers the proxy uses (``policy.vllm_fields``), then checks ranges on the
+typed values: a test of the proxy sees what vLLM would do with such a request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from policy.vllm_fields import as_bool, as_float, as_int
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, status: int = 400, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.param = status, param
+
+
+_BOOLEANS = ("stream", "echo", "ignore_eos", "include_reasoning", "skip_special_tokens", "add_generation_prompt",
+             "continue_final_message", "parallel_tool_calls", "store", "background", "return_token_strs")
+_INTEGERS = ("max_tokens", "max_completion_tokens", "max_output_tokens", "min_tokens", "n", "seed", "top_k",
+             "top_logprobs")
+_NUMBERS = ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty")
+_RESPONSES_ONLY = frozenset({"store", "background", "max_output_tokens"})
+_RESPONSES_FIELDS = _RESPONSES_ONLY | {"stream", "parallel_tool_calls", "top_logprobs", "temperature", "top_p"}
+_KINDS: tuple[tuple[tuple[str, ...], Callable[[Any], Any], str], ...] = (
+    (_BOOLEANS, as_bool, "a boolean"), (_INTEGERS, as_int, "an integer"), (_NUMBERS, as_float, "a number"))
+
+
+def typed(body: dict[str, Any], endpoint: str) -> dict[str, Any]:
+    """A copy of ``body`` with its scalar fields as vLLM reads them; BadRequest for one it refuses.
+
+    ``endpoint``: chat, completions or responses; each model has its own fields (the
+    others pass as extras, untyped), and chat's ``logprobs`` is a switch, completions' a count."""
+    out = dict(body)
+    fields = _RESPONSES_FIELDS if endpoint == "responses" else None
+    for names, reader, kind in _KINDS:
+        for name in names:
+            if (name in fields) if fields is not None else (name not in _RESPONSES_ONLY):
+                _type(out, name, reader, kind)
+    if endpoint == "completions":
+        _type(out, "logprobs", as_int, "an integer")
+    elif endpoint == "chat":
+        _type(out, "logprobs", as_bool, "a boolean")
+    options = out.get("stream_options")
+    if options is not None:
+        if not isinstance(options, dict):
+            raise BadRequest("stream_options must be an object", param="stream_options")
+        options = dict(options)
+        options.setdefault("include_usage", True)  # vLLM's default: {} asks for usage
+        for name in ("include_usage", "continuous_usage_stats"):
+            _type(options, name, as_bool, "a boolean", prefix="stream_options.")
+        out["stream_options"] = options
+    return out
+
+
+def _type(fields: dict[str, Any], name: str, reader: Callable[[Any], Any], kind: str, prefix: str = "") -> None:
+    value = fields.get(name)
+    if value is None:
+        return
+    read = reader(value)
+    if read is None:
+        raise BadRequest(f"{prefix}{name} must be {kind}, got {str(value)[:40]!r}", param=prefix + name)
+    fields[name] = read
+
+
+def check_sampling(body: dict[str, Any], caps: tuple[str, ...]) -> None:
+    """The ranges every generating route checks alike, on a ``typed`` body (a token cap is
+    positive; ``NaN`` or ``1e400`` as a temperature is refused, not echoed)."""
+    for name in caps:
+        value = body.get(name)
+        if value is not None and value < 1:
+            raise BadRequest(f"{name} must be a positive integer", param=name)
+    temperature = body.get("temperature")
+    if temperature is not None and not 0 <= temperature <= 2:
+        raise BadRequest("temperature must be a number between 0 and 2", param="temperature")
+    top_p = body.get("top_p")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise BadRequest(f"top_p must be in (0, 1], got {top_p}.", param="top_p")
