@@ -250,6 +250,9 @@ def test_fields_are_read_as_vllms_lax_request_models_read_them() -> None:
     assert as_sent.expected_tokens == typed.expected_tokens and as_sent.expected_tokens.total == 40
     assert as_sent.n == 2 and as_sent.speculation_blockers == typed.speculation_blockers
     assert as_sent.speculation_blockers == ("frequency_penalty=0.5", "logprobs requested")
+    serial = {"tools": [WEATHER], "tool_choice": "required"}
+    assert estimate(body(**serial, parallel_tool_calls="false")).expected_tokens == \
+        estimate(body(**serial, parallel_tool_calls=False)).expected_tokens != estimate(body(**serial)).expected_tokens
     completions = estimate({"prompt": "x", "logprobs": "2"}, endpoint="completions")
     assert completions.speculation_blockers == ("logprobs requested",)
 

@@ -294,7 +294,7 @@ def _read_tools(body: dict[str, Any], draft: _Draft) -> None:
         draft.note("no usable tool definitions (each needs function.name): estimated as prose")
         return
     choice = body.get("tool_choice", "auto")
-    parallel = body.get("parallel_tool_calls", True) is not False
+    parallel = as_bool(body.get("parallel_tool_calls")) is not False
     calls = 1.0 + (p.extra_parallel_calls if parallel and len(lengths) >= 1 else 0.0)
     mean_call = sum(lengths.values()) / len(lengths)
     if choice == "none":
