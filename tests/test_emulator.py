@@ -290,6 +290,11 @@ def test_errors_in_vllms_shape(pools) -> None:
     assert r.status_code == 200
     with pytest.raises(openai.NotFoundError):
         client(on.url).chat.completions.create(model="other", messages=USER)
+    # routing's own errors, as vLLM's FastAPI app gives them
+    assert httpx.get(f"{on.url}/v1/nope").json() == {"detail": "Not Found"}
+    wrong = httpx.get(f"{on.url}/v1/chat/completions")
+    assert wrong.status_code == 405 and wrong.headers["allow"] == "POST"
+    assert wrong.json() == {"detail": "Method Not Allowed"}
     # Python's JSON reads NaN: a cap is typed as an integer on every route, and the Responses answer
     # (which repeats it) never has a value JSON cannot write
     for path, cap in (("/v1/chat/completions", "max_tokens"), ("/v1/responses", "max_output_tokens")):

@@ -350,6 +350,7 @@ def test_models_health_ready_metrics(s: Stack) -> None:
 def test_passthrough_of_other_v1_routes(s: Stack) -> None:
     r = httpx.get(f"{s.proxy.url}/v1/unknown-route")
     assert r.status_code == 404 and r.headers["x-draftgate-route"] == "spec-off"
+    assert r.json() == httpx.get(f"{s.off.url}/v1/unknown-route").json() == {"detail": "Not Found"}  # vLLM's, as is
 
 
 def test_a_passed_through_path_keeps_its_percent_encoding() -> None:

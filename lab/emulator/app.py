@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
@@ -409,7 +410,15 @@ def create_app(config: EmulatorConfig) -> Starlette:
         # vLLM's defaults (--allowed-origins, --allowed-methods, --allowed-headers all "*"):
         # browsers' preflights are answered, and answers carry access-control-allow-origin
         middleware=[Middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"], allow_headers=["*"])],
+        exception_handlers={HTTPException: _routing_error},
         lifespan=lifespan,
     )
     app.state.emulator = emulator
     return app
+
+
+async def _routing_error(request: Request, exc: Exception) -> Response:
+    """An unknown path's 404 and a wrong method's 405, as vLLM's FastAPI app answers them:
+    its own handler is for FastAPI's HTTPException, so routing's fall to FastAPI's default."""
+    assert isinstance(exc, HTTPException)
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
