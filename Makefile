@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(BIN)/python -m lab.trace_proxy
 	$(BIN)/python -m lab.bench_disconnect
 	$(BIN)/python -m lab.bench_large_answer
+	$(BIN)/python -m lab.bench_conversation
 
 # Agent traffic through the proxy for five minutes while replicas fail and die: nothing may be lost.
 soak: $(STAMP)

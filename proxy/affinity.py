@@ -49,8 +49,8 @@ class Conversation:
 def _chain(body: dict[str, Any]) -> tuple[tuple[int, int], ...]:
     """(hash, characters so far) after each message, rooted in the model and tool names.
 
-    Python's own hash of each message's repr: both are C-speed, and the table
-    lives and dies with this process, so a per-process hash seed is no loss.
+    Python's own hash, of each message taken apart into tuples: the table lives and
+    dies with this process, so a per-process hash seed is no loss.
     """
     tools = body.get("tools")
     names: tuple[Any, ...] = ()
@@ -64,14 +64,41 @@ def _chain(body: dict[str, Any]) -> tuple[tuple[int, int], ...]:
     if not isinstance(messages, list):
         return ()
     for message in messages:
-        try:
-            text = repr(message)
-        except RecursionError:  # nested deeper than repr goes: rare, and such a message is its own prefix
-            text = f"<deep message {id(message)}>"
-        chars += len(text)
-        h = hash((h, text))
+        digest, size = _digest(message)
+        chars += size
+        h = hash((h, digest))
         out.append((h, chars))
     return tuple(out)
+
+
+def _digest(message: Any) -> tuple[int, int]:
+    """A message's hash and its size in characters.
+
+    Its string fields are hashed as they are: the whole message's repr was hashed
+    before, which copies every character and cost twice what parsing the body had
+    (``lab/bench_conversation.py``). What nests (tool calls, content parts) is
+    small, and its repr is still the quickest way to hash it.
+    """
+    if type(message) is not dict:
+        text = _text(message)
+        return hash(text), len(text)
+    parts, size = [], 0
+    for key, value in message.items():
+        if type(value) is str:
+            size += len(value)
+        elif value is not None:
+            text = _text(value)
+            size += len(text)
+            value = (type(value).__name__, text)  # [1] and "[1]" stay apart
+        parts.append((key, value))
+    return hash(tuple(parts)), size
+
+
+def _text(value: Any) -> str:
+    try:
+        return repr(value)
+    except RecursionError:  # nested deeper than repr goes: rare, and such a message is its own prefix
+        return f"<deep value {id(value)}>"
 
 
 def _session(body: dict[str, Any]) -> str | None:
