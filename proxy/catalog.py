@@ -112,6 +112,10 @@ class ModelCatalog:
                     # the shortest: the gate weighs a request before it picks the pool
                     if isinstance(length, int) and not isinstance(length, bool) and length > 0:
                         contexts[entry["id"]] = min(length, contexts.get(entry["id"], length))
+        for model, entry in merged.items():  # vLLM lists a LoRA adapter without one: it has its base model's
+            parent = entry.get("parent")
+            if model not in contexts and isinstance(parent, str) and parent in contexts:
+                contexts[model] = contexts[parent]
         if merged:
             self.known = set(merged)
             self.served_by = served_by

@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from lab.servers import ServerThread
 from proxy.catalog import ModelCatalog
 from proxy.config import load_settings
 from proxy.pools import PoolSet
@@ -38,3 +47,30 @@ def test_answers_follow_a_refresh_and_a_reload() -> None:
     assert catalog.pools_serving("m") == {"a", "c"}
     catalog.served_by = {"a": {"m"}, "b": {"m"}, "c": {"m"}}  # a refresh: all list it now
     assert catalog.pools_serving("m") is None
+
+
+def test_each_models_context_is_the_shortest_a_pool_lists_and_an_adapter_has_its_bases() -> None:
+    """Read from real /v1/models answers: vLLM lists max_model_len for its model and none
+    for a LoRA adapter, whose parent names the model it runs on."""
+    def pool(*entries: dict[str, object]) -> Starlette:
+        async def models(request: Request) -> JSONResponse:
+            return JSONResponse({"object": "list", "data": list(entries)})
+        return Starlette(routes=[Route("/v1/models", models)])
+
+    base = {"id": "m", "object": "model", "parent": None}
+    adapter = {"id": "sql-lora", "object": "model", "root": "/adapters/sql", "parent": "m"}
+    with ServerThread(pool({**base, "max_model_len": 32768}, adapter)) as a, \
+            ServerThread(pool({**base, "max_model_len": 16384}, {"id": "odd", "max_model_len": "long"})) as b:
+        settings = load_settings(None, pools=[{"name": "a", "urls": [a.url]}, {"name": "b", "urls": [b.url]}])
+
+        async def refreshed() -> ModelCatalog:
+            async with httpx.AsyncClient() as client:
+                catalog = ModelCatalog(PoolSet(settings.pools, 0), client)
+                await catalog.refresh()
+                return catalog
+
+        catalog = asyncio.run(refreshed())
+    assert catalog.context_of("m") == 16384  # the gate weighs a request before it picks the pool
+    assert catalog.context_of("sql-lora") == 16384
+    assert catalog.context_of("odd") is None and catalog.context_of("unknown") is None
+    assert catalog.context_of(None) == catalog.context_of("") == 16384  # vLLM serves its own model then
