@@ -28,28 +28,26 @@ def as_bool(value: Any) -> bool | None:
     """``"true"``, ``"yes"``, ``"on"``, ``1`` and ``1.0`` are true, as their opposites are false."""
     if value is True or value is False or value is None:
         return value
-    try:
-        return _BOOL.validate_python(value)
-    except ValidationError:
-        return None
+    return _lax(_BOOL, value)
 
 
 def as_int(value: Any) -> int | None:
     """``450``, ``450.0`` and ``"450"`` are 450 (and, as pydantic has it, ``true`` is 1)."""
     if type(value) is int or value is None:
         return value
-    try:
-        return _INT.validate_python(value)
-    except ValidationError:
-        return None
+    return _lax(_INT, value)
 
 
 def as_float(value: Any) -> float | None:
     """``0.2`` and ``"0.2"`` are 0.2; NaN and infinity are read too, for the caller to refuse."""
     if type(value) is float or value is None:
         return value
+    return _lax(_FLOAT, value)
+
+
+def _lax(reader: TypeAdapter[Any], value: Any) -> Any:
     try:
-        return _FLOAT.validate_python(value)
+        return reader.validate_python(value)
     except ValidationError:
         return None
 
