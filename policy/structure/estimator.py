@@ -142,8 +142,7 @@ def estimate(
         given = body.get("temperature")
         draft.note(f"temperature omitted: pool default {temperature:g} applies" if given is None else
                    f"temperature {str(given)[:24]!r} is not a finite number: pool default {temperature:g} assumed")
-    n = as_int(body.get("n")) or 1
-    n = max(n, 1)
+    n = max(as_int(body.get("n")) or 1, 1)
     if n > 1:
         draft.note(f"n={n}: per-request speculation metrics are unavailable; plain pool preferred")
     blockers = speculation_blockers(body, defaults, endpoint, priors.speculation_blocked_by)

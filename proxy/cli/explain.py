@@ -76,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
     from proxy.config import ConfigError, load_settings, quick_start_pools
     from proxy.gatekeeper import Gatekeeper, explained_as
 
+    if args.max_model_len is not None and args.max_model_len < 1:
+        raise CliError("--max-model-len must be a positive number of tokens")
     body = read_body(args.request)
     if not isinstance(body, dict):
         raise CliError("the request body must be a JSON object")
@@ -88,8 +90,6 @@ def run(args: argparse.Namespace) -> int:
         gate = Gatekeeper(load_settings(args.config, **overrides))
     except ConfigError as exc:
         raise CliError(str(exc)) from None
-    if args.max_model_len is not None and args.max_model_len < 1:
-        raise CliError("--max-model-len must be a positive number of tokens")
     result = gate.explanation(gate.plan(*explained_as(body, args.completions), context=args.max_model_len))
     if args.json:
         json.dump(result, sys.stdout)
