@@ -22,7 +22,7 @@ class BadRequest(Exception):
 
 
 _BOOLEANS = ("stream", "echo", "ignore_eos", "include_reasoning", "skip_special_tokens", "add_generation_prompt",
-             "continue_final_message", "parallel_tool_calls", "store", "background", "return_token_strs")
+             "continue_final_message", "parallel_tool_calls", "store", "background")
 _INTEGERS = ("max_tokens", "max_completion_tokens", "max_output_tokens", "min_tokens", "n", "seed", "top_k",
              "top_logprobs")
 _NUMBERS = ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty")
@@ -35,8 +35,9 @@ _KINDS: tuple[tuple[tuple[str, ...], Callable[[Any], Any], str], ...] = (
 def typed(body: dict[str, Any], endpoint: str) -> dict[str, Any]:
     """A copy of ``body`` with its scalar fields as vLLM reads them; BadRequest for one it refuses.
 
-    ``endpoint``: chat, completions or responses; each model has its own fields (the
-    others pass as extras, untyped), and chat's ``logprobs`` is a switch, completions' a count."""
+    ``endpoint``: chat, completions or responses. The Responses model has fewer fields
+    (the rest pass as extras, untyped, there as in vLLM); chat's ``logprobs`` is a
+    switch, completions' a count."""
     out = dict(body)
     fields = _RESPONSES_FIELDS if endpoint == "responses" else None
     for names, reader, kind in _KINDS:
