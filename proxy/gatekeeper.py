@@ -152,7 +152,7 @@ class Gatekeeper:
         prior = estimate(body, priors=self.settings.structure_priors, defaults=self.sampling_defaults(),
                          endpoint="completions" if endpoint == "completions" else "chat", context_tokens=context)
         shape = shape_key(body, model, prior.temperature)
-        blended = self.learner.blend(shape, prior)
+        blended = self.learner.blend(shape, prior, body, context)
         conversation = Conversation.of(body)
         match = self.affinity.lookup(conversation, blended.prompt_tokens)
         policy = self.gate_policy(model)

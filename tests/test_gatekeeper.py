@@ -8,6 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from policy.structure import ClassTokens, ObservedStructure
 from proxy.gatekeeper import Gatekeeper
 from tests.proxy_harness import proxy_settings
 from tests.test_structure import json_values, request_keys
@@ -27,3 +28,17 @@ def test_any_request_gets_a_plan_that_explains_itself_in_strict_json(fields: dic
     json.dumps(plan.explain(), allow_nan=False)  # what /draftgate/explain sends
     for value in plan.headers().values():
         value.encode("latin-1")  # what every response carries
+
+
+def test_the_plan_holds_what_the_shape_has_produced_within_the_requests_cap() -> None:
+    """The learner's blend is bounded by the request it is for: a prose shape that has run to
+    3,000 tokens is planned at 50 when this request caps it there."""
+    gk = Gatekeeper(proxy_settings("http://127.0.0.1:1", "http://127.0.0.1:2"))
+    free = {"model": "m", "messages": USER, "temperature": 0.7}
+    for _ in range(20):
+        gk.learner.observe(gk.plan(free, "chat").shape, ObservedStructure(
+            tokens=ClassTokens(0.0, 0.0, 3000.0), chars=ClassTokens(0, 0, 12000), total_tokens=3000.0, tool_calls=0,
+            source="usage"))
+    assert gk.plan(free, "chat").estimate.expected_tokens.total > 2000
+    assert gk.plan({**free, "max_tokens": 50}, "chat").estimate.expected_tokens.total == 50
+    assert gk.plan(free, "chat", context=1000).estimate.expected_tokens.total < 1000

@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 
 from policy.structure import (
     QWEN3_DEFAULTS,
+    ClassTokens,
+    ObservedStructure,
     SamplingDefaults,
     StructureLearner,
     StructurePriors,
@@ -376,6 +378,26 @@ def test_learner_converges_on_what_the_agent_does() -> None:
     blended = learner.blend(key, prior)
     assert abs(blended.w_s - 0.95) < abs(prior.w_s - 0.95) / 4
     assert any("learned from 5" in r for r in blended.reasons)
+
+
+def test_what_a_shape_has_produced_is_held_within_this_requests_bounds() -> None:
+    """A shape that ran to 100 tokens under no cap is expected to stop at 30 under max_tokens 30,
+    and a cap that cuts reasoning short leaves nothing after it: its w_S is 0."""
+    learner = StructureLearner(prior_strength=1.0)
+    request = body(tools=[WEATHER], tool_choice="required", chat_template_kwargs={"enable_thinking": True})
+    key = shape_key(request)
+    for _ in range(10):  # 80 reasoning tokens, then a 20-token call
+        learner.observe(key, ObservedStructure(tokens=ClassTokens(20.0, 80.0, 0.0), chars=ClassTokens(60, 320, 0),
+                                               total_tokens=100.0, tool_calls=1, source="usage"))
+    free = learner.blend(key, estimate(request), request)
+    assert free.w_s > 0.1 and free.expected_tokens.total > 100
+    capped = {**request, "max_tokens": 30}
+    assert shape_key(capped) == key
+    cut = learner.blend(key, estimate(capped), capped)
+    assert cut.expected_tokens.total == pytest.approx(30) and cut.w_s == 0.0 and cut.w_r == 1.0
+    room = learner.blend(key, estimate(request, context_tokens=150), request, context_tokens=150)
+    assert room.expected_tokens.total == pytest.approx(150 - room.prompt_tokens)  # a prompt of about 85
+    assert any("the context's room" in r for r in room.reasons)
 
 
 def test_learner_is_bounded_and_evicts_least_recent() -> None:

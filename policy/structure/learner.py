@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from policy.structure.estimator import ClassTokens, StructureEstimate
+from policy.structure.length import bounded
 from policy.structure.measure import ObservedStructure
 
 
@@ -116,19 +117,30 @@ class StructureLearner:
         stats = self._shapes.get(key)
         return stats.count if stats else 0
 
-    def blend(self, key: str, prior: StructureEstimate) -> StructureEstimate:
-        """The prior estimate moved toward what this shape has produced."""
+    def blend(self, key: str, prior: StructureEstimate, body: dict[str, Any] | None = None,
+              context_tokens: float | None = None) -> StructureEstimate:
+        """The prior moved toward what this shape has produced, then held within the bounds
+        of ``body``, the request the prior was made for.
+
+        The shape's earlier requests ran under their own caps; this one's ``max_tokens``
+        (or the context left after its prompt, of ``context_tokens``) still stops it, and
+        a cap that cuts reasoning short leaves no room for the answer after it.
+        """
         stats = self._shapes.get(key)
         if stats is None or stats.count == 0:
             return prior
         self._shapes.move_to_end(key)
         k, n = self.prior_strength, float(stats.count)
         e = prior.expected_tokens
-        tokens = ClassTokens(
-            (k * e.s + n * stats.tokens_s) / (k + n),
-            (k * e.r + n * stats.tokens_r) / (k + n),
-            (k * e.f + n * stats.tokens_f) / (k + n),
-        )
+        split = ((k * e.s + n * stats.tokens_s) / (k + n),
+                 (k * e.r + n * stats.tokens_r) / (k + n),
+                 (k * e.f + n * stats.tokens_f) / (k + n))
+        notes: tuple[str, ...] = ()
+        if body is not None:
+            room = None if context_tokens is None else context_tokens - prior.prompt_tokens
+            split, said = bounded(body, split, room)
+            notes = tuple(note for note in said if note not in prior.reasons)
+        tokens = ClassTokens(*split)
         total = tokens.total
         if total <= 0:
             return prior
@@ -136,7 +148,8 @@ class StructureLearner:
         note = f"learned from {stats.count} earlier response(s) of this shape: w_S {prior.w_s:.2f} -> {ws:.2f}"
         # built field by field: dataclasses.replace costs more than everything else here
         return StructureEstimate(
-            w_s=ws, w_r=wr, w_f=max(0.0, 1.0 - ws - wr), expected_tokens=tokens, reasons=prior.reasons + (note,),
+            w_s=ws, w_r=wr, w_f=max(0.0, 1.0 - ws - wr), expected_tokens=tokens,
+            reasons=prior.reasons + (note, *notes),
             temperature=prior.temperature, temperature_from_default=prior.temperature_from_default, n=prior.n,
             speculation_blockers=prior.speculation_blockers, p_tool_call=prior.p_tool_call,
             prompt_tokens=prior.prompt_tokens, constrained=prior.constrained, thinking=prior.thinking,
