@@ -244,8 +244,8 @@ def test_bad_input_gets_openai_errors(s: Stack, raw: bytes, headers: dict[str, s
 # writes infinity (json.loads reads it as inf), 10**400 overflows a float.
 # "true" and "0.5" are what vLLM's lax request models read as true and 0.5.
 ODD_VALUES = [1e400, -1e400, -1, 0, 10**30, 10**400, 1e-320, "x", None, True, [], {}, "true", "0.5"]
-READ_FIELDS = ["stream", "ignore_eos", "min_tokens", "temperature", "max_tokens", "max_completion_tokens", "n", "top_p", "top_k", "min_p",
-               "frequency_penalty", "presence_penalty", "repetition_penalty", "logprobs", "top_logprobs",
+READ_FIELDS = ["stream", "ignore_eos", "min_tokens", "temperature", "max_tokens", "max_completion_tokens", "n",
+               "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "logprobs", "top_logprobs",
                "reasoning_effort", "parallel_tool_calls", "tool_choice", "response_format", "structured_outputs",
                "chat_template_kwargs", "stream_options", "messages", "tools", "model", "prompt", "guided_json",
                "guided_choice"]
