@@ -81,7 +81,7 @@ messages = st.lists(st.dictionaries(st.sampled_from(["role", "content", "tool_ca
                                     max_size=4), min_size=1, max_size=6)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(messages, messages)
 def test_the_chain_depends_on_the_messages_alone(first: list[Any], second: list[Any]) -> None:
     """Equal messages chain alike however they were built (a body parsed afresh, as each request
