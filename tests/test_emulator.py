@@ -327,6 +327,24 @@ def test_fields_are_typed_as_vllms_lax_request_models_type_them(pools) -> None:
     assert httpx.get(f"{on.url}/v1/responses/{resp.json()['id']}").status_code == 404  # "false" did not store it
 
 
+def test_a_batch_of_prompts_gets_n_choices_per_prompt_as_vllm_answers_it(pools) -> None:
+    on, _ = pools
+    url = f"{on.url}/v1/completions"
+    single = {p: httpx.post(url, json={"prompt": p, "max_tokens": 4, "temperature": 0}).json() for p in ("one", "two")}
+    batch = httpx.post(url, json={"prompt": ["one", "two"], "max_tokens": 4, "n": 2, "temperature": 0}).json()
+    assert [c["index"] for c in batch["choices"]] == [0, 1, 2, 3]  # prompt by prompt, n each
+    expected = [single[p]["choices"][0]["text"] for p in ("one", "one", "two", "two")]
+    assert [c["text"] for c in batch["choices"]] == expected
+    assert batch["usage"]["prompt_tokens"] == sum(a["usage"]["prompt_tokens"] for a in single.values())
+    tokens = httpx.post(url, json={"prompt": [[11, 12, 13], [14, 15]], "max_tokens": 2}).json()
+    assert len(tokens["choices"]) == 2 and tokens["usage"]["prompt_tokens"] == 5
+    assert len(httpx.post(url, json={"prompt": [11, 12, 13], "max_tokens": 2}).json()["choices"]) == 1  # one prompt
+    with httpx.stream("POST", url, json={"prompt": ["a", "b", "c"], "max_tokens": 3, "stream": True}) as r:
+        indices = {c["index"] for line in r.iter_lines() if line.startswith("data: {")
+                   for c in json.loads(line[6:])["choices"]}
+    assert indices == {0, 1, 2}
+
+
 def test_schemas_and_patterns_that_ask_for_the_impossible_are_answered_cut_at_max_tokens(pools) -> None:
     """vLLM constrains decoding and stops at max_tokens whatever a schema asks; the emulator
     builds an output first, so it must not build a million items (it hung) or fail on 1e400."""

@@ -80,6 +80,8 @@ def test_transparent_against_a_direct_call(s: Stack) -> None:
         {"model": MODEL, "messages": USER, "tools": [WEATHER], "tool_choice": "required", "temperature": 0},
         {"model": MODEL, "messages": USER, "temperature": 0, "max_tokens": 40, "unknown_field": [1, 2]},
         {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 10, "temperature": 0},
+        # a batch of prompts: one choice per prompt, as vLLM answers it
+        {"model": MODEL, "prompt": ["Once upon a time", "In a galaxy"], "max_tokens": 10, "temperature": 0},
     ]
     for body in bodies:
         path = "/v1/completions" if "prompt" in body else "/v1/chat/completions"
@@ -245,10 +247,10 @@ def test_bad_input_gets_openai_errors(s: Stack, raw: bytes, headers: dict[str, s
 # "true" and "0.5" are what vLLM's lax request models read as true and 0.5.
 ODD_VALUES = [1e400, -1e400, -1, 0, 10**30, 10**400, 1e-320, "x", None, True, [], {}, "true", "0.5"]
 READ_FIELDS = ["stream", "ignore_eos", "min_tokens", "temperature", "max_tokens", "max_completion_tokens", "n",
-               "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "logprobs", "top_logprobs",
-               "reasoning_effort", "parallel_tool_calls", "tool_choice", "response_format", "structured_outputs",
-               "chat_template_kwargs", "stream_options", "messages", "tools", "model", "prompt", "guided_json",
-               "guided_choice"]
+               "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "logprobs",
+               "top_logprobs", "reasoning_effort", "parallel_tool_calls", "tool_choice", "response_format",
+               "structured_outputs", "chat_template_kwargs", "stream_options", "messages", "tools", "model", "prompt",
+               "guided_json", "guided_choice"]
 
 
 def _strict_json(text: str) -> Any:

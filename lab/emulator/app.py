@@ -215,6 +215,19 @@ class Emulator:
         return body
 
     def _sequences(self, body: dict[str, Any], endpoint: str) -> tuple[list[Sequence], list[Generated], int]:
+        """``n`` sequences for each prompt, prompt by prompt (a completions ``prompt`` may be a
+        batch: strings, or lists of token ids), and the prompt tokens of all of them."""
+        seqs: list[Sequence] = []
+        gens: list[Generated] = []
+        prompt_len = 0
+        for one in _prompts(body) if endpoint == "completions" else [body]:
+            more_seqs, more_gens, length = self._sequences_of_one(one, endpoint)
+            seqs += more_seqs
+            gens += more_gens
+            prompt_len += length
+        return seqs, gens, prompt_len
+
+    def _sequences_of_one(self, body: dict[str, Any], endpoint: str) -> tuple[list[Sequence], list[Generated], int]:
         if endpoint == "chat":
             prompt_text = render_chat_prompt(body.get("messages"), body.get("tools"))
         else:
@@ -359,6 +372,15 @@ class Emulator:
             for seq in seqs:
                 if not seq.finished:
                     self.get_engine().abort(seq)
+
+
+def _prompts(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A completions body per prompt, as vLLM splits a batch: a list of strings, or of
+    lists of token ids, is several prompts; a string or a list of token ids is one."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
+        return [{**body, "prompt": p} for p in prompt]
+    return [body]
 
 
 def _inject_mismatch(gen: Generated) -> None:
