@@ -249,7 +249,7 @@ def test_fields_are_read_as_vllms_lax_request_models_read_them() -> None:
     typed = estimate(body(temperature=0.2, max_tokens=40, n=2, ignore_eos=True, logprobs=True,
                           frequency_penalty=0.5), defaults=SamplingDefaults(temperature=0.6))
     assert as_sent.temperature == 0.2 and not as_sent.temperature_from_default
-    assert as_sent.expected_tokens == typed.expected_tokens and as_sent.expected_tokens.total == 40
+    assert as_sent.expected_tokens == typed.expected_tokens and as_sent.expected_tokens.total == 2 * 40  # n=2
     assert as_sent.n == 2 and as_sent.speculation_blockers == typed.speculation_blockers
     assert as_sent.speculation_blockers == ("frequency_penalty=0.5", "logprobs requested")
     serial = {"tools": [WEATHER], "tool_choice": "required"}
@@ -398,6 +398,32 @@ def test_what_a_shape_has_produced_is_held_within_this_requests_bounds() -> None
     room = learner.blend(key, estimate(request, context_tokens=150), request, context_tokens=150)
     assert room.expected_tokens.total == pytest.approx(150 - room.prompt_tokens)  # a prompt of about 85
     assert any("the context's room" in r for r in room.reasons)
+
+
+def test_expected_tokens_count_every_output_a_request_makes_as_usage_does() -> None:
+    """n outputs for each prompt of a batch, each bounded by max_tokens alike; and what a shape
+    has produced (usage's total over all outputs) is held within those bounds too."""
+    one = estimate(body(max_tokens=100, ignore_eos=True))
+    three = estimate(body(max_tokens=100, ignore_eos=True, n=3))
+    assert one.expected_tokens.total == 100 and three.expected_tokens.total == 300 and three.sequences == 3
+    assert any("output capped" in r or "ignore_eos" in r for r in three.reasons)
+    batch = estimate({"prompt": ["one", "two"], "n": 2, "max_tokens": 50, "ignore_eos": True}, endpoint="completions")
+    assert batch.sequences == 4 and batch.expected_tokens.total == 200
+    assert any("a batch of 2 prompts: 4 outputs" in r for r in batch.reasons)
+    for single in ("one", [1, 2, 3]):  # a string, or one list of token ids, is one prompt
+        assert estimate({"prompt": single}, endpoint="completions").sequences == 1
+    # each output's own prompt fills its context: two prompts of ~100 tokens leave ~900 each of 1000
+    wide = estimate({"prompt": ["x" * 400, "y" * 400], "ignore_eos": True}, endpoint="completions",
+                    context_tokens=1000)
+    assert wide.expected_tokens.total == pytest.approx(2 * (1000 - wide.prompt_tokens / 2))
+    learner = StructureLearner()
+    request = body(n=2, max_tokens=60)
+    key = shape_key(request)
+    for _ in range(10):  # two outputs of 50 tokens each, as usage counts them
+        learner.observe(key, ObservedStructure(tokens=ClassTokens(0.0, 0.0, 100.0), chars=ClassTokens(0, 0, 400),
+                                               total_tokens=100.0, tool_calls=0, source="usage"))
+    blended = learner.blend(key, estimate(request), request)
+    assert 90 < blended.expected_tokens.total <= 120 and blended.sequences == 2
 
 
 def test_learner_is_bounded_and_evicts_least_recent() -> None:

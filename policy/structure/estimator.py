@@ -20,6 +20,7 @@ from policy.structure.schema_length import SchemaWalk, expected_json_chars
 from policy.vllm_fields import as_bool, as_int
 
 Endpoint = Literal["chat", "completions"]
+_MAX_OUTPUTS = 4096  # counted per prompt: n comes from clients, and the arithmetic must stay finite
 _LEGACY_GUIDED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")
 _NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}  # read, never written
 _THINKING_FIELDS = frozenset({"chat_template_kwargs", "reasoning_effort", "enable_thinking", "include_reasoning"})
@@ -59,6 +60,12 @@ class StructureEstimate:
     prompt_tokens: float
     constrained: bool  # output under a grammar: tool_choice required/named, JSON format, structured_outputs
     thinking: bool
+    prompts: int = 1  # a completions prompt may be a batch, each answered n times
+
+    @property
+    def sequences(self) -> int:
+        """The outputs the request makes, which ``expected_tokens`` counts, as usage does."""
+        return min(self.n, _MAX_OUTPUTS) * self.prompts
 
     @property
     def speculation_unsupported(self) -> bool:
@@ -84,6 +91,7 @@ class StructureEstimate:
             "prompt_tokens": self.prompt_tokens,
             "constrained": self.constrained,
             "thinking": self.thinking,
+            "prompts": self.prompts,
         }
 
 
@@ -149,9 +157,14 @@ def estimate(
     for blocker in blockers:
         draft.note(f"{blocker}: vLLM will not speculate on this request")
     prompt_tokens = _prompt_tokens(body, endpoint, priors)
-    room = None if context_tokens is None else context_tokens - prompt_tokens
-    (s_tokens, r_tokens, f_tokens), bounds = bounded(body, (draft.schema_tokens, draft.reasoning_tokens,
-                                                            draft.prose_tokens), room)
+    prompts = _prompt_count(body) if endpoint == "completions" else 1
+    sequences = min(n, _MAX_OUTPUTS) * prompts  # StructureEstimate.sequences, before there is one
+    if prompts > 1:
+        draft.note(f"a batch of {prompts} prompts: {sequences} outputs")
+    room = None if context_tokens is None else context_tokens - prompt_tokens / prompts
+    (s_tokens, r_tokens, f_tokens), bounds = bounded(
+        body, (draft.schema_tokens * sequences, draft.reasoning_tokens * sequences, draft.prose_tokens * sequences),
+        room, sequences)
     for note in bounds:
         draft.note(note)
     tokens = ClassTokens(s_tokens, r_tokens, f_tokens)
@@ -173,6 +186,7 @@ def estimate(
         prompt_tokens=prompt_tokens,
         constrained=draft.constrained,
         thinking=draft.thinking,
+        prompts=prompts,
     )
 
 
@@ -414,6 +428,15 @@ def _conversation(messages: Any) -> tuple[bool, bool]:
         for m in messages[-64:]
     )
     return after_tool, agent_called
+
+
+def _prompt_count(body: dict[str, Any]) -> int:
+    """How many prompts a completions body holds: a list of strings, or of lists of token
+    ids, is a batch (vLLM answers each); a string or one list of token ids is one."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
+        return len(prompt)
+    return 1
 
 
 def _prompt_tokens(body: dict[str, Any], endpoint: Endpoint, priors: StructurePriors) -> float:

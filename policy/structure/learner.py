@@ -137,8 +137,9 @@ class StructureLearner:
                  (k * e.f + n * stats.tokens_f) / (k + n))
         notes: tuple[str, ...] = ()
         if body is not None:
-            room = None if context_tokens is None else context_tokens - prior.prompt_tokens
-            split, said = bounded(body, split, room)
+            # each output's own prompt fills its context
+            room = None if context_tokens is None else context_tokens - prior.prompt_tokens / prior.prompts
+            split, said = bounded(body, split, room, prior.sequences)
             notes = tuple(note for note in said if note not in prior.reasons)
         tokens = ClassTokens(*split)
         total = tokens.total
@@ -153,4 +154,5 @@ class StructureLearner:
             temperature=prior.temperature, temperature_from_default=prior.temperature_from_default, n=prior.n,
             speculation_blockers=prior.speculation_blockers, p_tool_call=prior.p_tool_call,
             prompt_tokens=prior.prompt_tokens, constrained=prior.constrained, thinking=prior.thinking,
+            prompts=prior.prompts,
         )

@@ -17,14 +17,19 @@ from policy.vllm_fields import as_bool, as_int
 Split = tuple[float, float, float]  # expected tokens: schema-bound, reasoning, prose
 
 
-def bounded(body: dict[str, Any], split: Split, room: float | None = None) -> tuple[Split, list[str]]:
+def bounded(body: dict[str, Any], split: Split, room: float | None = None,
+            sequences: int = 1) -> tuple[Split, list[str]]:
     """``split`` within the request's bounds, and what was changed, in words.
 
     ``room``: the tokens the context leaves after the prompt, when the model's
     context is known. Without it a schema that asks for 100,000 items is
     expected to run that long, and so long an answer makes any prefill it
-    costs look free.
+    costs look free. ``split`` counts ``sequences`` outputs (``n``, for each
+    prompt of a batch), each bounded alike; the notes speak of one.
     """
+    if sequences > 1:
+        (s, r, f), notes = bounded(body, (split[0] / sequences, split[1] / sequences, split[2] / sequences), room)
+        return (s * sequences, r * sequences, f * sequences), notes
     s, r, f = split
     cap = _count(body, "max_completion_tokens") or _count(body, "max_tokens")
     if room is not None and (cap is None or room < cap):
