@@ -412,6 +412,11 @@ def test_expected_tokens_count_every_output_a_request_makes_as_usage_does() -> N
     assert any("a batch of 2 prompts: 4 outputs" in r for r in batch.reasons)
     for single in ("one", [1, 2, 3]):  # a string, or one list of token ids, is one prompt
         assert estimate({"prompt": single}, endpoint="completions").sequences == 1
+    # token ids are counted as they are, whatever the text ratio
+    for ratio in (4.0, 2.5):
+        priors = StructurePriors(text_chars_per_token=ratio)
+        assert estimate({"prompt": [1, 2, 3]}, endpoint="completions", priors=priors).prompt_tokens == 3
+        assert estimate({"prompt": [[1, 2, 3], [4, 5]]}, endpoint="completions", priors=priors).prompt_tokens == 5
     # each output's own prompt fills its context: two prompts of ~100 tokens leave ~900 each of 1000
     wide = estimate({"prompt": ["x" * 400, "y" * 400], "ignore_eos": True}, endpoint="completions",
                     context_tokens=1000)

@@ -440,14 +440,20 @@ def _prompt_count(body: dict[str, Any]) -> int:
 
 
 def _prompt_tokens(body: dict[str, Any], endpoint: Endpoint, priors: StructurePriors) -> float:
-    """A cheap size of the prompt: characters over a ratio, never a tokenizer."""
-    chars = 0
+    """A cheap size of the prompt: characters over a ratio, never a tokenizer; token ids as they are."""
+    chars = ids = 0
     if endpoint == "completions":
         prompt = body.get("prompt")
         if isinstance(prompt, str):
             chars = len(prompt)
         elif isinstance(prompt, list):
-            chars = sum(len(x) if isinstance(x, str) else 4 for x in prompt[:100_000])
+            for part in prompt[:100_000]:
+                if isinstance(part, str):
+                    chars += len(part)
+                elif isinstance(part, list):  # a tokenized prompt of a batch
+                    ids += len(part)
+                else:
+                    ids += 1
     else:
         messages = body.get("messages")
         if isinstance(messages, list):
@@ -465,4 +471,4 @@ def _prompt_tokens(body: dict[str, Any], endpoint: Endpoint, priors: StructurePr
     tools = body.get("tools")
     if isinstance(tools, list):
         chars += 300 * min(len(tools), priors.max_tools)
-    return chars / priors.text_chars_per_token
+    return chars / priors.text_chars_per_token + ids
