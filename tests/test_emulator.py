@@ -319,6 +319,10 @@ def test_fields_are_typed_as_vllms_lax_request_models_type_them(pools) -> None:
                          ("logprobs", "some"), ("stream_options", {"include_usage": "often"})):
         r = httpx.post(url, json={"messages": USER, "stream": True, field: value})
         assert r.status_code == 400 and r.json()["error"]["param"].startswith(field), (field, r.text)
+    options = {"messages": USER, "max_tokens": 2, "stream_options": {"include_usage": True}}
+    r = httpx.post(url, json=options)  # vLLM: stream options need a stream
+    assert r.status_code == 400 and r.json()["error"]["param"] == "stream_options"
+    assert httpx.post(url, json={**options, "stream_options": {}}).status_code == 200  # {} is no options there
     # a field of another route's model is an extra here, passed over untyped as vLLM passes it
     r = httpx.post(url, json={"messages": USER, "max_tokens": 2, "max_output_tokens": "lots", "background": "x"})
     assert r.status_code == 200

@@ -38,6 +38,9 @@ def typed(body: dict[str, Any], endpoint: str) -> dict[str, Any]:
     ``endpoint``: chat, completions or responses. The Responses model has fewer fields
     (the rest pass as extras, untyped, there as in vLLM); chat's ``logprobs`` is a
     switch, completions' a count."""
+    if endpoint != "responses" and body.get("stream_options") and not body.get("stream"):
+        # vLLM checks this before it types the fields: "false" is a stream here, and {} no options
+        raise BadRequest("Stream options can only be defined when `stream=True`.", param="stream_options")
     out = dict(body)
     fields = _RESPONSES_FIELDS if endpoint == "responses" else None
     for names, reader, kind in _KINDS:
