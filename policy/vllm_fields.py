@@ -52,6 +52,15 @@ def _lax(reader: TypeAdapter[Any], value: Any) -> Any:
         return None
 
 
+def prompts_of(body: Any) -> list[Any]:
+    """A completions body's prompts, as vLLM splits a batch: a list of strings, or of
+    lists of token ids, is several prompts; a string or one list of token ids is one."""
+    prompt = body.get("prompt") if isinstance(body, dict) else None
+    if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
+        return prompt
+    return [prompt]
+
+
 def streams(body: Any) -> bool:
     """Whether vLLM answers ``body`` as a stream."""
     return isinstance(body, dict) and as_bool(body.get("stream")) is True

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from policy.vllm_fields import as_bool, as_float, as_int, streams, wants_usage
+from policy.vllm_fields import as_bool, as_float, as_int, prompts_of, streams, wants_usage
 
 
 class VllmShaped(BaseModel):
@@ -65,3 +65,10 @@ def test_what_streams_and_what_asks_for_usage() -> None:
     assert wants_usage({"stream_options": {}}) and wants_usage({"stream_options": {"include_usage": "yes"}})
     assert not any(wants_usage(b) for b in ({}, {"stream_options": None}, {"stream_options": {"include_usage": None}},
                                             {"stream_options": {"include_usage": "no"}}, {"stream_options": []}))
+
+
+def test_a_completions_batch_is_split_as_vllm_splits_it() -> None:
+    assert prompts_of({"prompt": ["a", "b"]}) == ["a", "b"]
+    assert prompts_of({"prompt": [[1, 2], [3]]}) == [[1, 2], [3]]
+    assert prompts_of({"prompt": [1, 2, 3]}) == [[1, 2, 3]]  # one tokenized prompt
+    assert prompts_of({"prompt": "a"}) == ["a"] and prompts_of({"prompt": []}) == [[]]

@@ -41,6 +41,7 @@ from lab.emulator.speculation import position_model
 from lab.emulator.textgen import Generated, OutputToken, generate, request_digest
 from lab.emulator.tokens import block_hashes, render_chat_prompt, token_id, tokenize
 from policy.structure.sampling import SamplingDefaults, speculation_blockers
+from policy.vllm_fields import prompts_of
 
 EMULATOR_NOTE = "draftgate vLLM emulator (no GPU; simulated timing and acceptance)"
 EMULATED_VLLM_VERSION = "0.12.0+emulated"  # the API it mirrors (DESIGN: vLLM 0.12 and later)
@@ -220,7 +221,7 @@ class Emulator:
         seqs: list[Sequence] = []
         gens: list[Generated] = []
         prompt_len = 0
-        for one in _prompts(body) if endpoint == "completions" else [body]:
+        for one in [{**body, "prompt": p} for p in prompts_of(body)] if endpoint == "completions" else [body]:
             more_seqs, more_gens, length = self._sequences_of_one(one, endpoint)
             seqs += more_seqs
             gens += more_gens
@@ -372,15 +373,6 @@ class Emulator:
             for seq in seqs:
                 if not seq.finished:
                     self.get_engine().abort(seq)
-
-
-def _prompts(body: dict[str, Any]) -> list[dict[str, Any]]:
-    """A completions body per prompt, as vLLM splits a batch: a list of strings, or of
-    lists of token ids, is several prompts; a string or a list of token ids is one."""
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
-        return [{**body, "prompt": p} for p in prompt]
-    return [body]
 
 
 def _inject_mismatch(gen: Generated) -> None:

@@ -28,6 +28,7 @@ _INTEGERS = ("max_tokens", "max_completion_tokens", "max_output_tokens", "min_to
 _NUMBERS = ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty")
 _RESPONSES_ONLY = frozenset({"store", "background", "max_output_tokens"})
 _RESPONSES_FIELDS = _RESPONSES_ONLY | {"stream", "parallel_tool_calls", "top_logprobs", "temperature", "top_p"}
+_CHAT_FIELDS = frozenset(_BOOLEANS + _INTEGERS + _NUMBERS) - _RESPONSES_ONLY  # completions' too
 _KINDS: tuple[tuple[tuple[str, ...], Callable[[Any], Any], str], ...] = (
     (_BOOLEANS, as_bool, "a boolean"), (_INTEGERS, as_int, "an integer"), (_NUMBERS, as_float, "a number"))
 
@@ -42,10 +43,10 @@ def typed(body: dict[str, Any], endpoint: str) -> dict[str, Any]:
         # vLLM checks this before it types the fields: "false" is a stream here, and {} no options
         raise BadRequest("Stream options can only be defined when `stream=True`.", param="stream_options")
     out = dict(body)
-    fields = _RESPONSES_FIELDS if endpoint == "responses" else None
+    fields = _RESPONSES_FIELDS if endpoint == "responses" else _CHAT_FIELDS
     for names, reader, kind in _KINDS:
         for name in names:
-            if (name in fields) if fields is not None else (name not in _RESPONSES_ONLY):
+            if name in fields:
                 _type(out, name, reader, kind)
     if endpoint == "completions":
         _type(out, "logprobs", as_int, "an integer")

@@ -17,7 +17,7 @@ from policy.structure.priors import DEFAULT_PRIORS, StructurePriors
 from policy.structure.relevance import unrelated_to_tools
 from policy.structure.sampling import NO_DEFAULTS, SamplingDefaults, effective, speculation_blockers
 from policy.structure.schema_length import SchemaWalk, expected_json_chars
-from policy.vllm_fields import as_bool, as_int
+from policy.vllm_fields import as_bool, as_int, prompts_of
 
 Endpoint = Literal["chat", "completions"]
 _MAX_OUTPUTS = 4096  # counted per prompt: n comes from clients, and the arithmetic must stay finite
@@ -65,7 +65,7 @@ class StructureEstimate:
     @property
     def sequences(self) -> int:
         """The outputs the request makes, which ``expected_tokens`` counts, as usage does."""
-        return min(self.n, _MAX_OUTPUTS) * self.prompts
+        return _outputs(self.n, self.prompts)
 
     @property
     def speculation_unsupported(self) -> bool:
@@ -157,8 +157,8 @@ def estimate(
     for blocker in blockers:
         draft.note(f"{blocker}: vLLM will not speculate on this request")
     prompt_tokens = _prompt_tokens(body, endpoint, priors)
-    prompts = _prompt_count(body) if endpoint == "completions" else 1
-    sequences = min(n, _MAX_OUTPUTS) * prompts  # StructureEstimate.sequences, before there is one
+    prompts = len(prompts_of(body)) if endpoint == "completions" else 1
+    sequences = _outputs(n, prompts)
     if prompts > 1:
         draft.note(f"a batch of {prompts} prompts: {sequences} outputs")
     room = None if context_tokens is None else context_tokens - prompt_tokens / prompts
@@ -430,13 +430,9 @@ def _conversation(messages: Any) -> tuple[bool, bool]:
     return after_tool, agent_called
 
 
-def _prompt_count(body: dict[str, Any]) -> int:
-    """How many prompts a completions body holds: a list of strings, or of lists of token
-    ids, is a batch (vLLM answers each); a string or one list of token ids is one."""
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
-        return len(prompt)
-    return 1
+def _outputs(n: int, prompts: int) -> int:
+    """The outputs a request makes: ``n`` for each prompt (bounded: ``n`` comes from clients)."""
+    return min(n, _MAX_OUTPUTS) * prompts
 
 
 def _prompt_tokens(body: dict[str, Any], endpoint: Endpoint, priors: StructurePriors) -> float:
