@@ -85,8 +85,8 @@ class Observation:
         self.feed(payload)
         return payload
 
-    def measured(self, body: Any) -> ObservedStructure:
-        return measure_parts(body, self.parts)
+    def measured(self, body: Any, legacy_guided_honoured: bool = False) -> ObservedStructure:
+        return measure_parts(body, self.parts, legacy_guided_honoured=legacy_guided_honoured)
 
     @property
     def observed_tau(self) -> float | None:

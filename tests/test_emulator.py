@@ -100,6 +100,22 @@ def test_json_outputs_validate(pools) -> None:
     r = c.chat.completions.create(model="Qwen/Qwen3-32B", messages=USER,
                                   extra_body={"structured_outputs": {"json": schema}})
     jsonschema.validate(json.loads(r.choices[0].message.content), schema)
+    r = c.chat.completions.create(model="Qwen/Qwen3-32B", messages=USER,
+                                  extra_body={"structured_outputs": {"json_object": True}})
+    assert isinstance(json.loads(r.choices[0].message.content), dict)
+
+
+@pytest.mark.parametrize("structured, error", [
+    ({"disable_any_whitespace": True}, "none are specified"),
+    ({"regex": "a+", "choice": ["a"]}, "multiple are specified"),
+    ({"json": "{not json"}, "not a JSON schema"),
+    ([{"json": {}}], "must be an object"),
+])
+def test_structured_outputs_are_refused_as_vllm_refuses_them(pools, structured: Any, error: str) -> None:
+    """vLLM takes exactly one constraint: none, or two, is a 400 and not an unconstrained answer."""
+    on, _ = pools
+    r = httpx.post(f"{on.url}/v1/chat/completions", json={"messages": USER, "structured_outputs": structured})
+    assert r.status_code == 400 and error in r.json()["error"]["message"]
 
 
 def test_thinking_puts_reasoning_first(pools) -> None:

@@ -42,3 +42,30 @@ def test_the_plan_holds_what_the_shape_has_produced_within_the_requests_cap() ->
     assert gk.plan(free, "chat").estimate.expected_tokens.total > 2000
     assert gk.plan({**free, "max_tokens": 50}, "chat").estimate.expected_tokens.total == 50
     assert gk.plan(free, "chat", context=1000).estimate.expected_tokens.total < 1000
+
+
+def test_an_answer_is_learned_on_the_terms_the_estimate_used() -> None:
+    """On pools declared older than vLLM 0.12, a guided_* field constrains the answer: the
+    estimate says schema-bound, and the recorder must learn the answer as schema-bound too, or
+    the learner would pull the shape back to prose after one answer."""
+    from proxy.forwarding import Upstream
+    from proxy.observe import Observation
+    from proxy.recorder import Recorder
+
+    def learned_w_s(honoured: bool) -> float:
+        gk = Gatekeeper(proxy_settings("http://127.0.0.1:1", "http://127.0.0.1:2",
+                                       structure_priors={"legacy_guided_fields_honoured": honoured}))
+        request = {"model": "m", "messages": USER, "temperature": 0, "guided_choice": ["sunny", "rainy"]}
+        plan = gk.plan(request, "chat")
+        observation = Observation()
+        observation.feed({"id": "x", "choices": [{"index": 0, "message": {"content": "sunny"}}],
+                          "usage": {"prompt_tokens": 9, "completion_tokens": 2}})
+        observation.complete = True
+        pool = gk.pools.pools[plan.route]
+        replica = next(iter(pool.replicas.values()))
+        Recorder(gk).finish(plan, Upstream(None, pool, replica, 0), observation, 200, 0.001)  # type: ignore[arg-type]
+        assert gk.learner.observations(plan.shape) == 1
+        return gk.plan(request, "chat").estimate.w_s
+
+    assert learned_w_s(True) == 1.0
+    assert learned_w_s(False) == 0.0

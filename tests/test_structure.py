@@ -107,12 +107,29 @@ def test_json_schema_uses_the_schema_shape() -> None:
     assert e.expected_tokens.s > 10 * small.expected_tokens.s
 
 
-@pytest.mark.parametrize("kind", ["json", "regex", "choice", "grammar"])
+@pytest.mark.parametrize("kind", ["json", "regex", "choice", "grammar", "json_object", "structural_tag"])
 def test_structured_outputs_are_schema_bound(kind: str) -> None:
-    value = {"json": {"type": "object"}, "regex": "[a-z]+", "choice": ["yes", "no"], "grammar": "root ::= x"}[kind]
-    e = estimate(body(structured_outputs={kind: value}))
+    value = {"json": {"type": "object"}, "regex": "[a-z]+", "choice": ["yes", "no"], "grammar": "root ::= x",
+             "json_object": "true", "structural_tag": '{"type": "structural_tag"}'}[kind]
+    request = body(tools=[WEATHER], structured_outputs={kind: value, "disable_any_whitespace": True})
+    e = estimate(request)
     assert e.w_s == 1.0 and e.constrained
     assert any(f"structured_outputs.{kind}" in r for r in e.reasons)
+    # what is measured on the answer agrees: its content is schema-bound too
+    answer = {"choices": [{"message": {"content": "yes"}}], "usage": {"completion_tokens": 1}}
+    assert measure(request, answer).w_s == 1.0
+
+
+@pytest.mark.parametrize("options", [{"disable_any_whitespace": True}, {"json_object": False}, {}])
+def test_structured_outputs_without_a_constraint_constrain_nothing(options: dict[str, Any]) -> None:
+    """Options alone set no grammar (vLLM refuses such a request): neither the estimate nor
+    the measurement may count the answer as schema-bound."""
+    request = body(structured_outputs=options)
+    e = estimate(request)
+    assert e.w_s == 0.0 and not e.constrained
+    assert any("sets none of" in r for r in e.reasons)
+    answer = {"choices": [{"message": {"content": "some prose"}}], "usage": {"completion_tokens": 2}}
+    assert measure(request, answer).w_f == 1.0
 
 
 def test_json_object() -> None:
@@ -127,6 +144,11 @@ def test_legacy_guided_fields_are_dead_on_current_vllm(field: str) -> None:
     assert any(field in r and "silently ignored" in r for r in e.reasons)
     honoured = estimate(body(**{field: ["a", "b"]}), priors=StructurePriors(legacy_guided_fields_honoured=True))
     assert honoured.w_s == 1.0
+    # the answer is measured on the same terms: prose on a current server, schema-bound on an old one
+    answer = {"choices": [{"message": {"content": "a"}}], "usage": {"completion_tokens": 1}}
+    assert measure(body(**{field: ["a", "b"]}), answer).w_f == 1.0
+    assert measure(body(**{field: ["a", "b"]}), answer, legacy_guided_honoured=True).w_s == 1.0
+    assert shape_key(body(**{field: ["a", "b"]})) != shape_key(body())
 
 
 def test_thinking_switches() -> None:
@@ -340,6 +362,22 @@ def test_measure_stream_accumulation_matches_whole_body() -> None:
     assert obs.tool_calls == 1 and obs.total_tokens == 12
     assert obs.chars.s == len("get_weather") + len('{"city":"Paris"}')
     assert obs.chars.r == len("think more")
+
+
+def test_measure_counts_the_calls_of_every_choice() -> None:
+    """Each of n choices numbers its calls from 0, streamed or not."""
+    call = {"index": 0, "id": "c", "function": {"name": "get_weather", "arguments": "{}"}}
+    parts = TextParts()
+    for index in (0, 1):
+        parts.add_chunk({"choices": [{"index": index, "delta": {"tool_calls": [call]}}]})
+        parts.add_chunk({"choices": [{"index": index, "delta": {"tool_calls": [{"index": 0, "function": {
+            "arguments": "{}"}}]}}]})
+    assert measure_parts(body(tools=[WEATHER]), parts).tool_calls == 2
+    whole = {"choices": [{"index": i, "message": {"tool_calls": [{"id": "c", "function": {"name": "f"}}]}}
+                         for i in range(3)]}
+    assert measure(body(tools=[WEATHER]), whole).tool_calls == 3
+    odd = {"choices": [{"index": [0], "message": {"tool_calls": [{"index": {"a": 1}, "function": {"name": "f"}}]}}]}
+    assert measure(body(tools=[WEATHER]), odd).tool_calls == 1
 
 
 def test_measure_with_a_token_counter() -> None:

@@ -9,9 +9,11 @@ typed values: a test of the proxy sees what vLLM would do with such a request.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
+from policy.structure.constraints import CONSTRAINT_KINDS
 from policy.vllm_fields import as_bool, as_float, as_int
 
 
@@ -87,3 +89,28 @@ def check_sampling(body: dict[str, Any], caps: tuple[str, ...]) -> None:
     top_p = body.get("top_p")
     if top_p is not None and not 0 < top_p <= 1:
         raise BadRequest(f"top_p must be in (0, 1], got {top_p}.", param="top_p")
+
+
+def check_structured_outputs(body: dict[str, Any]) -> None:
+    """``structured_outputs`` as vLLM's StructuredOutputsParams takes it: exactly one
+    constraint, and a ``json`` schema given as text must parse."""
+    structured = body.get("structured_outputs")
+    if structured is None:
+        return
+    if not isinstance(structured, dict):
+        raise BadRequest("structured_outputs must be an object", param="structured_outputs")
+    count = sum(structured.get(kind) is not None for kind in CONSTRAINT_KINDS)
+    if count != 1:
+        raise BadRequest("You can only use one kind of structured outputs constraint but multiple are specified"
+                         if count else "You must use one kind of structured outputs constraint but none are specified",
+                         param="structured_outputs")
+    schema = structured.get("json")
+    if isinstance(schema, str):
+        try:
+            parsed = json.loads(schema)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            raise BadRequest("structured_outputs.json is not a JSON schema object", param="structured_outputs")
+    elif schema is not None and not isinstance(schema, dict):
+        raise BadRequest("structured_outputs.json must be a schema object or its text", param="structured_outputs")

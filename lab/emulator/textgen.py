@@ -19,6 +19,7 @@ from typing import Any
 from lab.emulator.profile import EngineProfile
 from lab.emulator.regexgen import sample_regex
 from lab.emulator.tokens import tokenize
+from policy.structure.constraints import structured_constraint
 
 _WORDS = (
     "the of and to in is that it for on with as was at by this from are be or have an not which "
@@ -120,16 +121,19 @@ def _reasoning(out: Generated, body: dict[str, Any], profile: EngineProfile, rng
 
 def _structured_content(body: dict[str, Any], rng: random.Random, words: list[str]) -> str | None:
     so = body.get("structured_outputs")
-    if isinstance(so, dict):
-        if so.get("json") is not None:
-            schema = so["json"] if isinstance(so["json"], dict) else json.loads(so["json"])
+    constraint = structured_constraint(so) if isinstance(so, dict) else None
+    if constraint is not None:  # the request's check has made sure there is exactly one
+        kind, value = constraint
+        if kind == "json":
+            schema = value if isinstance(value, dict) else json.loads(value)
             return json.dumps(_instance(schema, rng, words, schema))
-        if isinstance(so.get("choice"), list) and so["choice"]:
-            return str(rng.choice(so["choice"]))
-        if isinstance(so.get("regex"), str):
-            return sample_regex(so["regex"], rng)
-        if so.get("grammar") is not None:
-            return "grammar output"  # EBNF is not sampled; documented limitation
+        if kind == "json_object":
+            return _json_object(rng, words)
+        if kind == "choice" and isinstance(value, list) and value:
+            return str(rng.choice(value))
+        if kind == "regex" and isinstance(value, str):
+            return sample_regex(value, rng)
+        return "grammar output"  # EBNF and structural tags are not sampled; documented limitation
     fmt = body.get("response_format")
     if isinstance(fmt, dict):
         if fmt.get("type") == "json_schema":
@@ -137,8 +141,12 @@ def _structured_content(body: dict[str, Any], rng: random.Random, words: list[st
             schema = spec.get("schema") if isinstance(spec.get("schema"), dict) else {"type": "object"}
             return json.dumps(_instance(schema, rng, words, schema))
         if fmt.get("type") == "json_object":
-            return json.dumps({"answer": " ".join(rng.choice(words or _WORDS) for _ in range(3)), "confidence": 0.9})
+            return _json_object(rng, words)
     return None
+
+
+def _json_object(rng: random.Random, words: list[str]) -> str:
+    return json.dumps({"answer": " ".join(rng.choice(words or _WORDS) for _ in range(3)), "confidence": 0.9})
 
 
 def _choose_calls(body: dict[str, Any], tools: list[Any], messages: list[Any], profile: EngineProfile,

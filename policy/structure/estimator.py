@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from policy.structure.constraints import LEGACY_GUIDED, legacy_guided_fields, structured_constraint
 from policy.structure.length import bounded
 from policy.structure.priors import DEFAULT_PRIORS, StructurePriors
 from policy.structure.relevance import unrelated_to_tools
@@ -21,7 +22,6 @@ from policy.vllm_fields import as_bool, as_int, prompts_of
 
 Endpoint = Literal["chat", "completions"]
 _MAX_OUTPUTS = 4096  # counted per prompt: n comes from clients, and the arithmetic must stay finite
-_LEGACY_GUIDED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")
 _NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}  # read, never written
 _THINKING_FIELDS = frozenset({"chat_template_kwargs", "reasoning_effort", "enable_thinking", "include_reasoning"})
 _FORMAT_FIELDS = frozenset({"structured_outputs", "response_format"})
@@ -143,7 +143,7 @@ def estimate(
         else:
             draft.prose_tokens = priors.prose_tokens
             draft.note("completions request: a raw prompt is answered in prose")
-    if not fields.isdisjoint(_LEGACY_GUIDED):
+    if not fields.isdisjoint(LEGACY_GUIDED):
         _read_legacy(body, draft)
     temperature, from_default = effective(body, "temperature", defaults)
     if from_default:
@@ -236,16 +236,17 @@ def _read_output_format(body: dict[str, Any], draft: _Draft) -> bool:
     p = draft.priors
     structured = body.get("structured_outputs")
     if isinstance(structured, dict):
-        for kind in ("json", "regex", "choice", "grammar", "structural_tag"):
-            if structured.get(kind) is None:
-                continue
-            value = structured[kind]
+        constraint = structured_constraint(structured)
+        if constraint is not None:
+            kind, value = constraint
             draft.constrained = True
             if kind == "json":
                 schema = value if isinstance(value, dict) else {}
                 if isinstance(value, str):
                     draft.note("structured_outputs.json given as a string: sized from priors")
                 draft.schema_tokens = _schema_tokens(schema, draft)
+            elif kind == "json_object":
+                draft.schema_tokens = p.json_object_tokens
             elif kind == "choice" and isinstance(value, list) and value:
                 longest = max(len(str(v)) for v in value[:256])
                 draft.schema_tokens = max(1.0, longest / p.text_chars_per_token)
@@ -255,6 +256,8 @@ def _read_output_format(body: dict[str, Any], draft: _Draft) -> bool:
                 draft.schema_tokens = p.grammar_tokens
             draft.note(f"structured_outputs.{kind}: the answer is schema-bound (~{draft.schema_tokens:.0f} tokens)")
             return True
+        draft.note("structured_outputs sets none of json, regex, choice, grammar, json_object and "
+                   "structural_tag: vLLM refuses it")
     elif structured is not None:
         draft.note("structured_outputs is not an object: ignored")
     fmt = body.get("response_format")
@@ -350,7 +353,7 @@ def _read_tools(body: dict[str, Any], draft: _Draft) -> None:
 
 
 def _read_legacy(body: dict[str, Any], draft: _Draft) -> None:
-    present = [name for name in _LEGACY_GUIDED if body.get(name) is not None]
+    present = legacy_guided_fields(body)
     if not present:
         return
     if not draft.priors.legacy_guided_fields_honoured:

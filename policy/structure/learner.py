@@ -22,6 +22,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from policy.structure.constraints import LEGACY_GUIDED, legacy_guided_fields
 from policy.structure.estimator import ClassTokens, StructureEstimate
 from policy.structure.length import bounded
 from policy.structure.measure import ObservedStructure
@@ -44,6 +45,8 @@ def shape_key(body: Any, model: str | None = None, temperature: float | None = N
     structured = body.get("structured_outputs")
     if isinstance(structured, dict):
         fmt_key += "+so:" + ",".join(sorted(k for k, v in structured.items() if v is not None))
+    if not body.keys().isdisjoint(LEGACY_GUIDED):  # constraints on servers older than 0.12
+        fmt_key += "+guided:" + ",".join(legacy_guided_fields(body))
     kwargs = body.get("chat_template_kwargs")
     thinking = kwargs.get("enable_thinking") if isinstance(kwargs, dict) else None
     effort = body.get("reasoning_effort")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from policy.structure.constraints import output_is_structured
 from policy.structure.estimator import ClassTokens
 
 
@@ -51,8 +52,11 @@ class TextParts:
     tool_call_ids: set[Any] = field(default_factory=set)
     completion_tokens: int | None = None
 
-    def add_message(self, message: Any) -> None:
-        """A message (non-streamed) or a delta (streamed): the same fields."""
+    def add_message(self, message: Any, choice: Any = 0) -> None:
+        """A message (non-streamed) or a delta (streamed): the same fields.
+
+        ``choice``: the choice's index. Each of ``n`` choices numbers its calls from 0,
+        so a call is told apart by the pair."""
         if not isinstance(message, dict):
             return
         for key in ("reasoning", "reasoning_content"):
@@ -68,7 +72,10 @@ class TextParts:
             for i, call in enumerate(calls):
                 if not isinstance(call, dict):
                     continue
-                self.tool_call_ids.add(call.get("index", call.get("id", i)))
+                key = call.get("index", call.get("id", i))
+                # hashable keys only: an answer's fields are not to be trusted to be ints
+                self.tool_call_ids.add((choice if isinstance(choice, int) else 0,
+                                        key if isinstance(key, (int, str)) else i))
                 fn = call.get("function")
                 if isinstance(fn, dict):
                     for key in ("name", "arguments"):
@@ -79,9 +86,9 @@ class TextParts:
         if not isinstance(choice, dict):
             return
         if "message" in choice:
-            self.add_message(choice["message"])
+            self.add_message(choice["message"], choice.get("index", 0))
         elif "delta" in choice:
-            self.add_message(choice["delta"])
+            self.add_message(choice["delta"], choice.get("index", 0))
         elif isinstance(choice.get("text"), str):  # /v1/completions
             self.content.append(choice["text"])
 
@@ -100,19 +107,11 @@ class TextParts:
         self.add_usage(chunk.get("usage"))
 
 
-def output_is_structured(body: Any) -> bool:
-    """Whether the request's content is constrained to JSON or a grammar."""
-    if not isinstance(body, dict):
-        return False
-    fmt = body.get("response_format")
-    if isinstance(fmt, dict) and fmt.get("type") in ("json_schema", "json_object", "structural_tag"):
-        return True
-    structured = body.get("structured_outputs")
-    return isinstance(structured, dict) and any(v is not None for v in structured.values())
-
-
-def measure_parts(body: Any, parts: TextParts, counter: TokenCounter | None = None) -> ObservedStructure:
-    structured = output_is_structured(body)
+def measure_parts(body: Any, parts: TextParts, counter: TokenCounter | None = None,
+                  legacy_guided_honoured: bool = False) -> ObservedStructure:
+    """``legacy_guided_honoured``: the pools still read ``guided_*`` fields (vLLM < 0.12), so
+    content under one is schema-bound, as the estimate assumed."""
+    structured = output_is_structured(body, legacy_guided_honoured)
     content = "".join(parts.content)
     schema_text = "".join(parts.schema) + (content if structured else "")
     prose_text = "" if structured else content
@@ -135,8 +134,9 @@ def measure_parts(body: Any, parts: TextParts, counter: TokenCounter | None = No
     return ObservedStructure(tokens, chars, tokens.total, len(parts.tool_call_ids), "characters")
 
 
-def measure(body: Any, response: Any, counter: TokenCounter | None = None) -> ObservedStructure:
+def measure(body: Any, response: Any, counter: TokenCounter | None = None,
+            legacy_guided_honoured: bool = False) -> ObservedStructure:
     """The realised class token counts of a finished, non-streamed response."""
     parts = TextParts()
     parts.add_chunk(response)
-    return measure_parts(body, parts, counter)
+    return measure_parts(body, parts, counter, legacy_guided_honoured)
