@@ -85,8 +85,11 @@ class Observation:
         self.feed(payload)
         return payload
 
-    def measured(self, body: Any, legacy_guided_honoured: bool = False) -> ObservedStructure:
-        return measure_parts(body, self.parts, legacy_guided_honoured=legacy_guided_honoured)
+    def measured(self, body: Any, legacy_guided_honoured: bool = False,
+                 reasoning_hidden: bool = False) -> ObservedStructure:
+        """What the answer held, by class (see ``measure_parts`` for the two switches)."""
+        return measure_parts(body, self.parts, legacy_guided_honoured=legacy_guided_honoured,
+                             reasoning_hidden=reasoning_hidden)
 
     @property
     def observed_tau(self) -> float | None:

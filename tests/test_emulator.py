@@ -137,6 +137,25 @@ def test_thinking_puts_reasoning_first(pools) -> None:
     assert order[0] == "r" and "c" in order and order.index("c") > max(i for i, k in enumerate(order) if k == "r")
 
 
+def test_include_reasoning_false_hides_the_reasoning_not_its_tokens(pools) -> None:
+    """As vLLM: the model thinks all the same, the answer leaves the reasoning out, and usage
+    counts it; streamed, reasoning-only deltas are not sent at all."""
+    on, _ = pools
+    body = {"messages": USER, "max_tokens": 4000, "temperature": 0, "chat_template_kwargs": {"enable_thinking": True}}
+    shown = httpx.post(f"{on.url}/v1/chat/completions", json=body).json()
+    hidden = httpx.post(f"{on.url}/v1/chat/completions", json={**body, "include_reasoning": "false"}).json()
+    assert shown["choices"][0]["message"]["reasoning"] and "reasoning" not in hidden["choices"][0]["message"]
+    assert hidden["choices"][0]["message"]["content"] == shown["choices"][0]["message"]["content"]
+    assert hidden["usage"]["completion_tokens"] == shown["usage"]["completion_tokens"]
+    stream_body = {**body, "include_reasoning": False, "stream": True, "stream_options": {"include_usage": True}}
+    with httpx.stream("POST", f"{on.url}/v1/chat/completions", json=stream_body) as r:
+        chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    deltas = [c["delta"] for chunk in chunks for c in chunk["choices"]]
+    assert not any("reasoning" in d for d in deltas)
+    assert "".join(d.get("content") or "" for d in deltas) == shown["choices"][0]["message"]["content"]
+    assert chunks[-1]["usage"]["completion_tokens"] == shown["usage"]["completion_tokens"]
+
+
 def test_max_tokens_and_finish_reason(pools) -> None:
     on, off = pools
     for url in (on.url, off.url):

@@ -75,6 +75,25 @@ def test_json_schema_and_thinking_streamed_and_not(s: Stack) -> None:
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 20
 
 
+def test_hidden_reasoning_is_learned_as_reasoning_not_as_the_visible_answer(s: Stack) -> None:
+    """With include_reasoning false, vLLM leaves the reasoning out of the answer but counts
+    its tokens in usage. Split by the visible text, a thinking tool call would be learned as
+    all schema-bound, and its shape routed as if it were."""
+    tool = {"type": "function", "function": {**WEATHER["function"], "name": "hidden_reasoning_weather"}}
+    body = {"model": MODEL, "messages": USER, "tools": [tool], "tool_choice": "required", "temperature": 0,
+            "max_tokens": 4000, "chat_template_kwargs": {"enable_thinking": True}, "include_reasoning": False}
+    first = httpx.post(f"{s.proxy.url}/v1/chat/completions", json=body, timeout=60)
+    message = first.json()["choices"][0]["message"]
+    assert message["tool_calls"] and "reasoning" not in message  # hidden, as vLLM hides it
+    visible = len(message["tool_calls"][0]["function"]["arguments"]) + len("hidden_reasoning_weather")
+    assert first.json()["usage"]["completion_tokens"] > 3 * visible  # the reasoning was generated all the same
+    for _ in range(4):
+        httpx.post(f"{s.proxy.url}/v1/chat/completions", json=body, timeout=60)
+    time.sleep(0.3)  # recording follows the response
+    learned = httpx.post(f"{s.proxy.url}/v1/chat/completions", json=body, timeout=60)
+    assert float(learned.headers["x-draftgate-schema-fraction"]) < 0.3
+
+
 def test_transparent_against_a_direct_call(s: Stack) -> None:
     bodies = [
         {"model": MODEL, "messages": USER, "tools": [WEATHER], "tool_choice": "required", "temperature": 0},

@@ -206,6 +206,9 @@ def test_a_finished_response_is_measured_as_a_chat_completion() -> None:
     ended = chat_completion({"type": "response.completed", "response": response, "sequence_number": 9})
     assert ended == chat_completion(response)
     assert chat_completion({"type": "response.output_text.delta", "delta": "x"}) is None
+    # the reasoning tokens a Responses usage counts are taken as counted
+    counted = {**response, "usage": {**response["usage"], "output_tokens_details": {"reasoning_tokens": 25}}}
+    assert measure({}, chat_completion(counted)).tokens.r == 25
 
 
 json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),

@@ -380,6 +380,45 @@ def test_measure_counts_the_calls_of_every_choice() -> None:
     assert measure(body(tools=[WEATHER]), odd).tool_calls == 1
 
 
+def test_measure_takes_the_reasoning_tokens_usage_counts() -> None:
+    """Where usage counts the reasoning tokens, R is that count and only the rest is split
+    by characters; a count of 0 beside reasoning text is a parser that does not count."""
+    message = {"reasoning": "r" * 100, "content": "c" * 100}
+    counted = {"choices": [{"message": message}],
+               "usage": {"completion_tokens": 100, "completion_tokens_details": {"reasoning_tokens": 80}}}
+    obs = measure(body(), counted)
+    assert obs.tokens.r == 80 and obs.tokens.f == 20
+    uncounted = {**counted, "usage": {"completion_tokens": 100, "completion_tokens_details": {"reasoning_tokens": 0}}}
+    assert measure(body(), uncounted).tokens.r == 50
+    impossible = {**counted, "usage": {"completion_tokens": 100,
+                                       "completion_tokens_details": {"reasoning_tokens": 900}}}
+    assert measure(body(), impossible).tokens.r == 50
+    # hidden reasoning (include_reasoning false): the count alone says how much there was
+    hidden = {"choices": [{"message": {"content": "c" * 100}}], "usage": counted["usage"]}
+    assert measure(body(), hidden).tokens.r == 80
+
+
+def test_measure_puts_what_hidden_reasoning_leaves_over_in_r() -> None:
+    """include_reasoning false on a thinking request: usage counts reasoning the answer does
+    not show. What the visible text does not account for is reasoning, not more answer."""
+    call = {"id": "1", "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "c"}'}}
+    answer = {"choices": [{"message": {"content": None, "tool_calls": [call]}}], "usage": {"completion_tokens": 500}}
+    request = body(tools=[WEATHER], tool_choice="required", include_reasoning=False,
+                   chat_template_kwargs={"enable_thinking": True})
+    assert estimate(request).reasoning_hidden
+    obs = measure(request, answer, reasoning_hidden=True)
+    visible = len("get_weather") + len(call["function"]["arguments"])
+    assert obs.tokens.s == pytest.approx(visible / 3.0) and obs.tokens.r == pytest.approx(500 - visible / 3.0)
+    assert measure(request, answer).w_s == 1.0  # not told: the visible text takes it all
+
+    class Words:
+        def count(self, text: str) -> int:
+            return len(text.split())
+
+    counted = measure(request, answer, counter=Words(), reasoning_hidden=True)
+    assert counted.tokens.r == 500 - counted.tokens.s and counted.total_tokens == 500
+
+
 def test_measure_with_a_token_counter() -> None:
     class Words:
         def count(self, text: str) -> int:

@@ -287,7 +287,8 @@ class Emulator:
                 content = wire.logprobs_content(seq, gen, 0, seq.emitted, top if endpoint == "chat" else body["logprobs"])
                 logprobs = {"content": content}
             if endpoint == "chat":
-                choices.append({"index": i, "message": wire.chat_message(gen, seq.emitted), "logprobs": logprobs,
+                message = wire.chat_message(gen, seq.emitted, body.get("include_reasoning") is not False)
+                choices.append({"index": i, "message": message, "logprobs": logprobs,
                                 "finish_reason": seq.finish_reason, "stop_reason": None})
             else:
                 choices.append({"index": i, "text": "".join(t.text for t in gen.tokens[: seq.emitted]),
@@ -349,7 +350,7 @@ class Emulator:
                     continue
                 logprobs = ({"content": wire.logprobs_content(seq, gen, start, end, top)} if want_logprobs else None)
                 if endpoint == "chat":
-                    for delta in wire.chat_deltas(gen, start, end):
+                    for delta in wire.chat_deltas(gen, start, end, body.get("include_reasoning") is not False):
                         yield chunk([{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": None}])
                         logprobs = None
                 else:

@@ -38,12 +38,14 @@ def _groups(tokens: list[OutputToken]) -> list[tuple[str, int, str]]:
     return groups
 
 
-def chat_deltas(gen: Generated, start: int, end: int) -> list[dict[str, Any]]:
-    """The stream deltas for output tokens ``start:end`` of one choice."""
+def chat_deltas(gen: Generated, start: int, end: int, include_reasoning: bool = True) -> list[dict[str, Any]]:
+    """The stream deltas for output tokens ``start:end`` of one choice; ``include_reasoning``
+    false (the request's) leaves the reasoning out, as vLLM does."""
     deltas = []
     for channel, call, text in _groups(gen.tokens[start:end]):
         if channel == "reasoning":
-            deltas.append({"reasoning": text})
+            if include_reasoning:
+                deltas.append({"reasoning": text})
         elif channel == "content":
             deltas.append({"content": text})
         elif channel == "tool_name":
@@ -55,8 +57,9 @@ def chat_deltas(gen: Generated, start: int, end: int) -> list[dict[str, Any]]:
     return deltas
 
 
-def chat_message(gen: Generated, end: int) -> dict[str, Any]:
-    """The assistant message for the first ``end`` output tokens."""
+def chat_message(gen: Generated, end: int, include_reasoning: bool = True) -> dict[str, Any]:
+    """The assistant message for the first ``end`` output tokens (its reasoning left out
+    when ``include_reasoning`` is false; usage still counts those tokens)."""
     reasoning, content = [], []
     arguments: dict[int, list[str]] = {}
     for tok in gen.tokens[:end]:
@@ -78,7 +81,7 @@ def chat_message(gen: Generated, end: int) -> dict[str, Any]:
         "content": "".join(content) if content or not calls else None,
         "tool_calls": calls,
     }
-    if reasoning:
+    if reasoning and include_reasoning:
         message["reasoning"] = "".join(reasoning)
     return message
 

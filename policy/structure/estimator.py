@@ -61,6 +61,8 @@ class StructureEstimate:
     constrained: bool  # output under a grammar: tool_choice required/named, JSON format, structured_outputs
     thinking: bool
     prompts: int = 1  # a completions prompt may be a batch, each answered n times
+    # thinking with include_reasoning false: the answer leaves the reasoning out, usage counts it
+    reasoning_hidden: bool = False
 
     @property
     def sequences(self) -> int:
@@ -92,6 +94,7 @@ class StructureEstimate:
             "constrained": self.constrained,
             "thinking": self.thinking,
             "prompts": self.prompts,
+            "reasoning_hidden": self.reasoning_hidden,
         }
 
 
@@ -107,6 +110,7 @@ class _Draft:
     p_call: float = 0.0
     constrained: bool = False
     thinking: bool = False
+    reasoning_hidden: bool = False
 
     def note(self, reason: str) -> None:
         if len(self.reasons) < 32:
@@ -187,6 +191,7 @@ def estimate(
         constrained=draft.constrained,
         thinking=draft.thinking,
         prompts=prompts,
+        reasoning_hidden=draft.reasoning_hidden,
     )
 
 
@@ -227,6 +232,7 @@ def _read_thinking(body: dict[str, Any], draft: _Draft) -> None:
         tokens = p.reasoning_tokens_default
         draft.note(f"thinking on: ~{tokens:.0f} reasoning tokens expected")
     if as_bool(body.get("include_reasoning")) is False:
+        draft.reasoning_hidden = True
         draft.note("include_reasoning=false hides the reasoning but the model still generates it")
     draft.reasoning_tokens = tokens
 

@@ -157,5 +157,5 @@ class StructureLearner:
             temperature=prior.temperature, temperature_from_default=prior.temperature_from_default, n=prior.n,
             speculation_blockers=prior.speculation_blockers, p_tool_call=prior.p_tool_call,
             prompt_tokens=prior.prompt_tokens, constrained=prior.constrained, thinking=prior.thinking,
-            prompts=prior.prompts,
+            prompts=prior.prompts, reasoning_hidden=prior.reasoning_hidden,
         )

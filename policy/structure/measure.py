@@ -3,7 +3,9 @@
 Tool-call names and arguments are S; content under a JSON response format or
 structured output is S; ``reasoning`` (older servers: ``reasoning_content``)
 is R; other content is F. ``usage.completion_tokens`` is split in proportion
-to characters unless a token counter is plugged in: none is required.
+to characters unless a token counter is plugged in: none is required. Where
+usage counts the reasoning tokens (``completion_tokens_details``), that count
+is taken as it is, and only the rest is split.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any, Protocol
 
 from policy.structure.constraints import output_is_structured
 from policy.structure.estimator import ClassTokens
+from policy.structure.priors import DEFAULT_PRIORS
 
 
 class TokenCounter(Protocol):
@@ -51,6 +54,7 @@ class TextParts:
     content: list[str] = field(default_factory=list)
     tool_call_ids: set[Any] = field(default_factory=set)
     completion_tokens: int | None = None
+    reasoning_tokens: int | None = None  # usage.completion_tokens_details, where the server counts them
 
     def add_message(self, message: Any, choice: Any = 0) -> None:
         """A message (non-streamed) or a delta (streamed): the same fields.
@@ -93,8 +97,13 @@ class TextParts:
             self.content.append(choice["text"])
 
     def add_usage(self, usage: Any) -> None:
-        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+        if not isinstance(usage, dict):
+            return
+        if _is_count(usage.get("completion_tokens")):
             self.completion_tokens = usage["completion_tokens"]
+        details = usage.get("completion_tokens_details")
+        if isinstance(details, dict) and _is_count(details.get("reasoning_tokens")):
+            self.reasoning_tokens = details["reasoning_tokens"]
 
     def add_chunk(self, chunk: Any) -> None:
         """One parsed SSE chunk, or a whole non-streamed body."""
@@ -108,35 +117,70 @@ class TextParts:
 
 
 def measure_parts(body: Any, parts: TextParts, counter: TokenCounter | None = None,
-                  legacy_guided_honoured: bool = False) -> ObservedStructure:
+                  legacy_guided_honoured: bool = False, reasoning_hidden: bool = False) -> ObservedStructure:
     """``legacy_guided_honoured``: the pools still read ``guided_*`` fields (vLLM < 0.12), so
-    content under one is schema-bound, as the estimate assumed."""
+    content under one is schema-bound, as the estimate assumed.
+
+    ``reasoning_hidden``: the request thinks with ``include_reasoning`` false. vLLM then
+    drops the reasoning from the answer but counts its tokens in usage, so what the
+    visible text does not account for is reasoning.
+    """
     structured = output_is_structured(body, legacy_guided_honoured)
     content = "".join(parts.content)
     schema_text = "".join(parts.schema) + (content if structured else "")
     prose_text = "" if structured else content
     reasoning_text = "".join(parts.reasoning)
     chars = ClassTokens(float(len(schema_text)), float(len(reasoning_text)), float(len(prose_text)))
+    calls = len(parts.tool_call_ids)
     if counter is not None:
         tokens = ClassTokens(
             float(counter.count(schema_text)), float(counter.count(reasoning_text)), float(counter.count(prose_text))
         )
-        return ObservedStructure(tokens, chars, tokens.total, len(parts.tool_call_ids), "tokenizer")
+        if reasoning_hidden and not reasoning_text and parts.completion_tokens is not None:
+            tokens = ClassTokens(tokens.s, max(0.0, parts.completion_tokens - tokens.s - tokens.f), tokens.f)
+        return ObservedStructure(tokens, chars, tokens.total, calls, "tokenizer")
     if parts.completion_tokens is not None:
         total = float(parts.completion_tokens)
-        if chars.total > 0:
-            scale = total / chars.total
-            tokens = ClassTokens(chars.s * scale, chars.r * scale, chars.f * scale)
-        else:
-            tokens = ClassTokens(0.0, 0.0, total)
-        return ObservedStructure(tokens, chars, total, len(parts.tool_call_ids), "usage")
-    tokens = ClassTokens(chars.s / 3.0, chars.r / 4.0, chars.f / 4.0)
-    return ObservedStructure(tokens, chars, tokens.total, len(parts.tool_call_ids), "characters")
+        tokens = _split_usage(total, chars, parts.reasoning_tokens, reasoning_hidden)
+        return ObservedStructure(tokens, chars, total, calls, "usage")
+    tokens = _by_characters(chars)
+    return ObservedStructure(tokens, chars, tokens.total, calls, "characters")
+
+
+def _split_usage(total: float, chars: ClassTokens, reported_reasoning: int | None, hidden: bool) -> ClassTokens:
+    """``total`` completion tokens by class: reasoning as the server counted it, or as
+    what the visible text leaves over when it was hidden; the rest by characters."""
+    reasoning: float | None = None
+    # a count of 0 beside reasoning text is a parser that does not count, not a fact
+    if reported_reasoning is not None and reported_reasoning <= total and (reported_reasoning > 0 or not chars.r):
+        reasoning = float(reported_reasoning)
+    elif hidden and not chars.r:
+        visible = _by_characters(chars)
+        reasoning = max(0.0, total - visible.s - visible.f)
+    if reasoning is None:
+        if chars.total <= 0:
+            return ClassTokens(0.0, 0.0, total)
+        scale = total / chars.total
+        return ClassTokens(chars.s * scale, chars.r * scale, chars.f * scale)
+    rest, visible_chars = total - reasoning, chars.s + chars.f
+    if visible_chars <= 0:
+        return ClassTokens(0.0, reasoning, rest)
+    return ClassTokens(rest * chars.s / visible_chars, reasoning, rest * chars.f / visible_chars)
+
+
+def _by_characters(chars: ClassTokens) -> ClassTokens:
+    """Tokens from characters alone, at the priors' ratios."""
+    per_json, per_text = DEFAULT_PRIORS.json_chars_per_token, DEFAULT_PRIORS.text_chars_per_token
+    return ClassTokens(chars.s / per_json, chars.r / per_text, chars.f / per_text)
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def measure(body: Any, response: Any, counter: TokenCounter | None = None,
-            legacy_guided_honoured: bool = False) -> ObservedStructure:
+            legacy_guided_honoured: bool = False, reasoning_hidden: bool = False) -> ObservedStructure:
     """The realised class token counts of a finished, non-streamed response."""
     parts = TextParts()
     parts.add_chunk(response)
-    return measure_parts(body, parts, counter, legacy_guided_honoured)
+    return measure_parts(body, parts, counter, legacy_guided_honoured, reasoning_hidden)

@@ -138,6 +138,9 @@ def chat_completion(payload: Any) -> dict[str, Any] | None:
     usage = payload.get("usage")
     if isinstance(usage, dict):
         chunk["usage"] = {"prompt_tokens": usage.get("input_tokens"), "completion_tokens": usage.get("output_tokens")}
+        details = usage.get("output_tokens_details")
+        if isinstance(details, dict):
+            chunk["usage"]["completion_tokens_details"] = {"reasoning_tokens": details.get("reasoning_tokens")}
     return chunk
 
 
