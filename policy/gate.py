@@ -23,7 +23,7 @@ from typing import Literal
 
 from policy import law
 from policy.calibration import Calibration
-from policy.structure.estimator import StructureEstimate
+from policy.structure.estimates import StructureEstimate
 
 Mode = Literal["auto", "always_on", "always_off"]
 CAUSES = ("unsupported_sampling", "n_gt_1", "mode", "capacity", "hysteresis", "health")  # strongest first

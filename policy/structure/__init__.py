@@ -2,7 +2,8 @@
 reasoning (R) and free prose (F), estimated before it runs, measured after,
 and learned per request shape."""
 
-from policy.structure.estimator import ClassTokens, StructureEstimate, estimate
+from policy.structure.estimates import ClassTokens, StructureEstimate
+from policy.structure.estimator import estimate
 from policy.structure.learner import StructureLearner, shape_key
 from policy.structure.measure import ObservedStructure, TextParts, TokenCounter, measure, measure_parts
 from policy.structure.priors import DEFAULT_PRIORS, StructurePriors

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from policy.structure.constraints import LEGACY_GUIDED, legacy_guided_fields, structured_constraint
+from policy.structure.estimates import ClassTokens, StructureEstimate, outputs_of
 from policy.structure.length import bounded
 from policy.structure.priors import DEFAULT_PRIORS, StructurePriors
 from policy.structure.relevance import unrelated_to_tools
@@ -21,81 +22,11 @@ from policy.structure.schema_length import SchemaWalk, expected_json_chars
 from policy.vllm_fields import as_bool, as_int, prompts_of
 
 Endpoint = Literal["chat", "completions"]
-_MAX_OUTPUTS = 4096  # counted per prompt: n comes from clients, and the arithmetic must stay finite
 _NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}  # read, never written
 _THINKING_FIELDS = frozenset({"chat_template_kwargs", "reasoning_effort", "enable_thinking", "include_reasoning"})
 _FORMAT_FIELDS = frozenset({"structured_outputs", "response_format"})
 _EFFORTS = {"low", "medium", "high"}
 _NO_THINKING_EFFORTS = {"none", "minimal"}
-
-
-@dataclass(frozen=True, slots=True)
-class ClassTokens:
-    s: float = 0.0
-    r: float = 0.0
-    f: float = 0.0
-
-    @property
-    def total(self) -> float:
-        return self.s + self.r + self.f
-
-    def as_dict(self) -> dict[str, float]:
-        return {"s": self.s, "r": self.r, "f": self.f}
-
-
-@dataclass(frozen=True, slots=True)
-class StructureEstimate:
-    """What the gate knows of a request's output before it runs."""
-
-    w_s: float
-    w_r: float
-    w_f: float
-    expected_tokens: ClassTokens
-    reasons: tuple[str, ...]
-    temperature: float
-    temperature_from_default: bool
-    n: int
-    speculation_blockers: tuple[str, ...]
-    p_tool_call: float
-    prompt_tokens: float
-    constrained: bool  # output under a grammar: tool_choice required/named, JSON format, structured_outputs
-    thinking: bool
-    prompts: int = 1  # a completions prompt may be a batch, each answered n times
-    # thinking with include_reasoning false: the answer leaves the reasoning out, usage counts it
-    reasoning_hidden: bool = False
-
-    @property
-    def sequences(self) -> int:
-        """The outputs the request makes, which ``expected_tokens`` counts, as usage does."""
-        return _outputs(self.n, self.prompts)
-
-    @property
-    def speculation_unsupported(self) -> bool:
-        return bool(self.speculation_blockers)
-
-    @classmethod
-    def unknown(cls, reason: str) -> StructureEstimate:
-        """An estimate that claims nothing: all prose, no length, for when none could be made."""
-        return cls(w_s=0.0, w_r=0.0, w_f=1.0, expected_tokens=ClassTokens(), reasons=(reason,), temperature=1.0,
-                   temperature_from_default=True, n=1, speculation_blockers=(), p_tool_call=0.0, prompt_tokens=0.0,
-                   constrained=False, thinking=False)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "w_s": self.w_s, "w_r": self.w_r, "w_f": self.w_f,
-            "expected_tokens": self.expected_tokens.as_dict(),
-            "reasons": list(self.reasons),
-            "temperature": self.temperature,
-            "temperature_from_default": self.temperature_from_default,
-            "n": self.n,
-            "speculation_blockers": list(self.speculation_blockers),
-            "p_tool_call": self.p_tool_call,
-            "prompt_tokens": self.prompt_tokens,
-            "constrained": self.constrained,
-            "thinking": self.thinking,
-            "prompts": self.prompts,
-            "reasoning_hidden": self.reasoning_hidden,
-        }
 
 
 @dataclass(slots=True)
@@ -162,7 +93,7 @@ def estimate(
         draft.note(f"{blocker}: vLLM will not speculate on this request")
     prompt_tokens = _prompt_tokens(body, endpoint, priors)
     prompts = len(prompts_of(body)) if endpoint == "completions" else 1
-    sequences = _outputs(n, prompts)
+    sequences = outputs_of(n, prompts)
     if prompts > 1:
         draft.note(f"a batch of {prompts} prompts: {sequences} outputs")
     room = None if context_tokens is None else context_tokens - prompt_tokens / prompts
@@ -437,11 +368,6 @@ def _conversation(messages: Any) -> tuple[bool, bool]:
         for m in messages[-64:]
     )
     return after_tool, agent_called
-
-
-def _outputs(n: int, prompts: int) -> int:
-    """The outputs a request makes: ``n`` for each prompt (bounded: ``n`` comes from clients)."""
-    return min(n, _MAX_OUTPUTS) * prompts
 
 
 def _prompt_tokens(body: dict[str, Any], endpoint: Endpoint, priors: StructurePriors) -> float:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from policy.structure.constraints import LEGACY_GUIDED, legacy_guided_fields
-from policy.structure.estimator import ClassTokens, StructureEstimate
+from policy.structure.estimates import ClassTokens, StructureEstimate
 from policy.structure.length import bounded
 from policy.structure.measure import ObservedStructure
 

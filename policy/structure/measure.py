@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from policy.structure.constraints import output_is_structured
-from policy.structure.estimator import ClassTokens
+from policy.structure.estimates import ClassTokens
 from policy.structure.priors import DEFAULT_PRIORS
 
 
