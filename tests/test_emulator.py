@@ -156,6 +156,23 @@ def test_include_reasoning_false_hides_the_reasoning_not_its_tokens(pools) -> No
     assert chunks[-1]["usage"]["completion_tokens"] == shown["usage"]["completion_tokens"]
 
 
+def test_thinking_token_budget_ends_the_reasoning_as_vllm_does(pools) -> None:
+    on, _ = pools
+    url = f"{on.url}/v1/chat/completions"
+    body = {"messages": USER, "max_tokens": 4000, "temperature": 0, "chat_template_kwargs": {"enable_thinking": True}}
+    free = httpx.post(url, json=body).json()
+    budgeted = httpx.post(url, json={**body, "thinking_token_budget": 20}).json()
+    none = httpx.post(url, json={**body, "thinking_token_budget": 0}).json()
+    content = free["choices"][0]["message"]["content"]
+    assert budgeted["choices"][0]["message"]["content"] == content == none["choices"][0]["message"]["content"]
+    assert "reasoning" not in none["choices"][0]["message"]
+    assert budgeted["usage"]["completion_tokens"] == none["usage"]["completion_tokens"] + 20
+    assert free["usage"]["completion_tokens"] > budgeted["usage"]["completion_tokens"]
+    for refused in ("20", 20.5, True, -2):
+        r = httpx.post(url, json={**body, "thinking_token_budget": refused})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "thinking_token_budget"
+
+
 def test_max_tokens_and_finish_reason(pools) -> None:
     on, off = pools
     for url in (on.url, off.url):

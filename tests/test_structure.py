@@ -167,6 +167,28 @@ def test_thinking_switches() -> None:
     assert hidden.w_r > 0 and any("include_reasoning" in r for r in hidden.reasons)
 
 
+def test_thinking_token_budget_ends_the_reasoning_there() -> None:
+    thinking = {"chat_template_kwargs": {"enable_thinking": True}, "tools": [WEATHER], "tool_choice": "required"}
+    free = estimate(body(**thinking))
+    budgeted = estimate(body(**thinking, thinking_token_budget=64))
+    assert free.expected_tokens.r > 64 and budgeted.expected_tokens.r == 64
+    assert budgeted.expected_tokens.s == free.expected_tokens.s  # the answer after it is whole
+    assert any("thinking_token_budget=64" in r for r in budgeted.reasons)
+    assert estimate(body(**thinking, thinking_token_budget=0)).w_s == 1.0
+    assert estimate(body(**thinking, thinking_token_budget=-1)).expected_tokens == free.expected_tokens
+    assert estimate(body(**thinking, thinking_token_budget=4, n=3)).expected_tokens.r == 12  # each output's own
+    for refused in ("64", 64.0, True, -2):  # vLLM reads it strictly, and refuses these
+        e = estimate(body(**thinking, thinking_token_budget=refused))
+        assert e.expected_tokens == free.expected_tokens and any("vLLM refuses it" in r for r in e.reasons)
+    # what a shape has learned is held within the budget of the request at hand
+    learner = StructureLearner()
+    key = shape_key(body(**thinking))
+    learner.observe(key, ObservedStructure(tokens=ClassTokens(30.0, 2000.0, 0.0), chars=ClassTokens(90, 8000, 0),
+                                           total_tokens=2030.0, tool_calls=1, source="usage"))
+    request = body(**thinking, thinking_token_budget=100)
+    assert learner.blend(key, estimate(request), request).expected_tokens.r == 100
+
+
 def test_cap_truncates_reasoning_first() -> None:
     e = estimate(body(chat_template_kwargs={"enable_thinking": True}, tools=[WEATHER], tool_choice="required",
                       max_tokens=100))

@@ -35,7 +35,13 @@ from lab.emulator.engine import Engine, Sequence, SpecConfig
 from lab.emulator.faults import CutShort, Faults
 from lab.emulator.metrics import EngineMetrics
 from lab.emulator.profile import EngineProfile
-from lab.emulator.request_fields import BadRequest, check_sampling, check_structured_outputs, typed
+from lab.emulator.request_fields import (
+    BadRequest,
+    check_sampling,
+    check_structured_outputs,
+    check_thinking_budget,
+    typed,
+)
 from lab.emulator.responses import Responses
 from lab.emulator.speculation import position_model
 from lab.emulator.textgen import Generated, OutputToken, generate, request_digest
@@ -204,6 +210,7 @@ class Emulator:
             raise BadRequest("prompt must be a string or a list", param="prompt")
         check_sampling(body, ("max_tokens", "max_completion_tokens"))
         check_structured_outputs(body)
+        check_thinking_budget(body)
         n = body["n"] = 1 if body.get("n") is None else body["n"]
         if not 1 <= n <= 16:
             raise BadRequest("n must be an integer between 1 and 16", param="n")

@@ -114,3 +114,11 @@ def check_structured_outputs(body: dict[str, Any]) -> None:
             raise BadRequest("structured_outputs.json is not a JSON schema object", param="structured_outputs")
     elif schema is not None and not isinstance(schema, dict):
         raise BadRequest("structured_outputs.json must be a schema object or its text", param="structured_outputs")
+
+
+def check_thinking_budget(body: dict[str, Any]) -> None:
+    """``thinking_token_budget`` as vLLM validates it: strictly a whole number, -1 for none."""
+    budget = body.get("thinking_token_budget")
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < -1):
+        raise BadRequest("`thinking_token_budget` must be a non-negative integer or -1 for unlimited.",
+                         param="thinking_token_budget")

@@ -117,6 +117,9 @@ def _reasoning(out: Generated, body: dict[str, Any], profile: EngineProfile, rng
     mean = getattr(profile.lengths, f"reasoning_{effort}", None) if effort in ("low", "medium", "high") else None
     n = _length(rng, mean or profile.lengths.reasoning_default, profile)
     out.add(rng.choice(_REASONING_OPENERS) + _sentences(rng, n, words), "r", "reasoning")
+    budget = body.get("thinking_token_budget")  # checked with the request: a whole number from -1
+    if isinstance(budget, int) and budget >= 0:
+        del out.tokens[budget:]  # vLLM ends the reasoning there; nothing but reasoning is out yet
 
 
 def _structured_content(body: dict[str, Any], rng: random.Random, words: list[str]) -> str | None:

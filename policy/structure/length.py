@@ -5,7 +5,8 @@ model's context: vLLM stops a request at ``max_model_len`` less its prompt,
 whether or not it set a cap. Reasoning is generated first, so it is what
 remains. vLLM's ``min_tokens`` holds the end off until that many tokens exist,
 and ``ignore_eos`` until the cap: what a model writes past the point where it
-would have stopped is bound by no schema, so it is counted as prose.
+would have stopped is bound by no schema, so it is counted as prose. vLLM's
+``thinking_token_budget`` ends the reasoning at that many tokens.
 """
 
 from __future__ import annotations
@@ -31,13 +32,16 @@ def bounded(body: dict[str, Any], split: Split, room: float | None = None,
         (s, r, f), notes = bounded(body, (split[0] / sequences, split[1] / sequences, split[2] / sequences), room)
         return (s * sequences, r * sequences, f * sequences), notes
     s, r, f = split
+    notes: list[str] = []
+    budget = body.get("thinking_token_budget")
+    if budget is not None:
+        r = _within_thinking_budget(budget, r, notes)
     cap = _count(body, "max_completion_tokens") or _count(body, "max_tokens")
     if room is not None and (cap is None or room < cap):
         cap, capped_by = max(1.0, room), "the context's room after the prompt"
     else:
         capped_by = "max_tokens"
     floor = _count(body, "min_tokens")
-    notes: list[str] = []
     ignore_eos = as_bool(body.get("ignore_eos")) is True
     if ignore_eos:
         if cap is None:
@@ -58,6 +62,18 @@ def bounded(body: dict[str, Any], split: Split, room: float | None = None,
     rest = s + f
     scale = (cap - r_capped) / rest if rest > 0 else 0.0
     return (s * scale, r_capped, f * scale), notes
+
+
+def _within_thinking_budget(budget: Any, reasoning: float, notes: list[str]) -> float:
+    """Reasoning within ``thinking_token_budget``: a whole number, -1 for none. vLLM
+    reads it strictly (no "256", no 256.0) and refuses anything else."""
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < -1:
+        notes.append(f"thinking_token_budget {str(budget)[:24]!r} is not a whole number from -1: vLLM refuses it")
+        return reasoning
+    if budget == -1 or reasoning <= budget:
+        return reasoning
+    notes.append(f"thinking_token_budget={budget}: reasoning ends there")
+    return float(budget)
 
 
 def _count(body: dict[str, Any], name: str) -> float | None:
