@@ -47,7 +47,8 @@ class Conversation:
 
 
 def _chain(body: dict[str, Any]) -> tuple[tuple[int, int], ...]:
-    """(hash, characters so far) after each message, rooted in the model and tool names.
+    """(hash, characters so far) after each message, rooted in the model, the tool names
+    and the cache salt.
 
     Python's own hash, of each message taken apart into tuples: the table lives and
     dies with this process, so a per-process hash seed is no loss.
@@ -57,7 +58,9 @@ def _chain(body: dict[str, Any]) -> tuple[tuple[int, int], ...]:
     if isinstance(tools, list):
         names = tuple(tool.get("function", {}).get("name") if isinstance(tool, dict)
                       and isinstance(tool.get("function"), dict) else None for tool in tools[:512])
-    h = hash((str(body.get("model")), repr(names)))
+    # vLLM salts the prefix cache with cache_salt: prompts alike under two salts share no block
+    salt = body.get("cache_salt")
+    h = hash((str(body.get("model")), repr(names), salt if type(salt) is str else None))
     out: list[tuple[int, int]] = []
     chars = 0
     messages = body.get("messages")

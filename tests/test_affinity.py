@@ -47,8 +47,17 @@ def test_a_conversation_that_differs_anywhere_before_the_new_turn_is_another() -
                   chat(SYSTEM, {**ASK, "content": "Find order 1235."}, CALL, RESULT, ASK),  # a string field
                   chat(ASK, SYSTEM, CALL, RESULT, ASK),  # the order
                   chat(SYSTEM, ASK, CALL, RESULT, ASK, model="other"),  # the model
-                  chat(SYSTEM, ASK, CALL, RESULT, ASK, tools=[{"function": {"name": "refund"}}])):  # the tools
+                  chat(SYSTEM, ASK, CALL, RESULT, ASK, tools=[{"function": {"name": "refund"}}]),  # the tools
+                  chat(SYSTEM, ASK, CALL, RESULT, ASK, cache_salt="tenant-b")):  # vLLM's prefix-cache salt
         assert table.lookup(Conversation.of(other), 100.0) is None, other
+
+
+def test_a_salted_conversation_finds_its_own_salt_only() -> None:
+    table = AffinityTable()
+    answered(table, chat(SYSTEM, ASK, cache_salt="tenant-a"))
+    assert table.lookup(Conversation.of(chat(SYSTEM, ASK, CALL, cache_salt="tenant-a")), 100.0) is not None
+    assert table.lookup(Conversation.of(chat(SYSTEM, ASK, CALL, cache_salt="tenant-b")), 100.0) is None
+    assert table.lookup(Conversation.of(chat(SYSTEM, ASK, CALL)), 100.0) is None
 
 
 def test_values_of_different_kinds_that_print_alike_stay_apart() -> None:

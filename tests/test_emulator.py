@@ -423,6 +423,21 @@ def test_schemas_and_patterns_that_ask_for_the_impossible_are_answered_cut_at_ma
         assert r.json()["usage"]["completion_tokens"] == 30
 
 
+def test_the_prefix_cache_is_shared_under_one_cache_salt_only(pools) -> None:
+    """As vLLM salts block hashes with cache_salt: the same prompt under another salt is a miss."""
+    on, _ = pools
+    url = f"{on.url}/v1/chat/completions"
+    body = {"messages": [{"role": "user", "content": "salted " * 2000}], "max_tokens": 1}
+    httpx.post(url, json={**body, "cache_salt": "tenant-a"}, timeout=60)
+    for salt, hits in (("tenant-a", True), ("tenant-b", False)):
+        before = metric(on.url, "vllm:prefix_cache_hits_total")
+        httpx.post(url, json={**body, "cache_salt": salt}, timeout=60)
+        assert (metric(on.url, "vllm:prefix_cache_hits_total") - before >= 1900) is hits, salt
+    for refused in ("", 7):
+        r = httpx.post(url, json={**body, "cache_salt": refused})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "cache_salt"
+
+
 def test_models_and_health_say_emulated(pools) -> None:
     on, _ = pools
     models = httpx.get(f"{on.url}/v1/models").json()

@@ -37,6 +37,7 @@ from lab.emulator.metrics import EngineMetrics
 from lab.emulator.profile import EngineProfile
 from lab.emulator.request_fields import (
     BadRequest,
+    check_cache_salt,
     check_sampling,
     check_structured_outputs,
     check_thinking_budget,
@@ -211,6 +212,7 @@ class Emulator:
         check_sampling(body, ("max_tokens", "max_completion_tokens"))
         check_structured_outputs(body)
         check_thinking_budget(body)
+        check_cache_salt(body)
         n = body["n"] = 1 if body.get("n") is None else body["n"]
         if not 1 <= n <= 16:
             raise BadRequest("n must be an integer between 1 and 16", param="n")
@@ -243,7 +245,7 @@ class Emulator:
             prompt = body.get("prompt")
             prompt_text = prompt if isinstance(prompt, str) else " ".join(str(p) for p in prompt)
         prompt_tokens = tokenize(prompt_text)
-        hashes = block_hashes(prompt_tokens, self.config.profile.block_size)
+        hashes = block_hashes(prompt_tokens, self.config.profile.block_size, body.get("cache_salt"))
         temperature = wire.safe_float(body.get("temperature"), self.sampling_defaults.temperature)
         digest = request_digest(body)
         if temperature > 1e-5:

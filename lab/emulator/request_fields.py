@@ -116,6 +116,12 @@ def check_structured_outputs(body: dict[str, Any]) -> None:
         raise BadRequest("structured_outputs.json must be a schema object or its text", param="structured_outputs")
 
 
+def check_cache_salt(body: dict[str, Any]) -> None:
+    salt = body.get("cache_salt")
+    if salt is not None and (not isinstance(salt, str) or not salt):
+        raise BadRequest("Parameter 'cache_salt' must be a non-empty string if provided.", param="cache_salt")
+
+
 def check_thinking_budget(body: dict[str, Any]) -> None:
     """``thinking_token_budget`` as vLLM validates it: strictly a whole number, -1 for none."""
     budget = body.get("thinking_token_budget")

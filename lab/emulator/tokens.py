@@ -49,10 +49,11 @@ def render_chat_prompt(messages: Any, tools: Any) -> str:
     return "".join(parts)
 
 
-def block_hashes(tokens: list[str], block_size: int) -> list[int]:
-    """Chained hashes of full blocks: equal prefixes give equal leading hashes."""
+def block_hashes(tokens: list[str], block_size: int, salt: str | None = None) -> list[int]:
+    """Chained hashes of full blocks: equal prefixes give equal leading hashes, under the
+    same ``cache_salt`` only (vLLM mixes it into the first block's hash)."""
     hashes: list[int] = []
-    previous = 0
+    previous = 0 if salt is None else hash(("cache_salt", salt))
     for start in range(0, len(tokens) - block_size + 1, block_size):
         previous = hash((previous, tuple(tokens[start : start + block_size])))
         hashes.append(previous)
