@@ -180,6 +180,9 @@ def test_a_responses_request_reads_as_the_chat_request_it_amounts_to() -> None:
     assert view["response_format"] == {"type": "json_object"} and view["reasoning_effort"] == "high"
     assert view["max_tokens"] == 50
     assert estimate(chat_view(TOOL_CALL)).constrained and estimate(chat_view(TOOL_CALL)).w_s == 1.0
+    # what vLLM's Responses model shares with chat: hidden reasoning, the prefix cache's salt
+    hidden = chat_view({**body, "include_reasoning": False, "cache_salt": "tenant-a"})
+    assert estimate(hidden).reasoning_hidden and hidden["cache_salt"] == "tenant-a"
 
 
 def test_logprobs_are_requested_as_vllm_reads_a_responses_request() -> None:
