@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policy.structure import (
+    DEFAULT_PRIORS,
     QWEN3_DEFAULTS,
     ClassTokens,
     ObservedStructure,
@@ -65,6 +66,23 @@ def test_named_tool_uses_that_tools_schema() -> None:
     large = estimate(body(tools=[WEATHER, big], tool_choice={"type": "function", "function": {"name": "big"}}))
     assert small.w_s == large.w_s == 1.0
     assert large.expected_tokens.s > 5 * small.expected_tokens.s
+
+
+def test_a_call_is_sized_as_it_is_written_forced_or_free() -> None:
+    """Named, vLLM's grammar is the function's parameters: only the arguments are generated.
+    Required, it writes [{"name": ..., "parameters": ...}]: bare JSON. Free (auto), the model
+    writes its own format, the call's JSON inside its parser's tags."""
+    serial = {"tools": [WEATHER], "parallel_tool_calls": False}
+    named = estimate(body(**serial, tool_choice={"type": "function", "function": {"name": "get_weather"}}))
+    required = estimate(body(**serial, tool_choice="required"))
+    free = estimate(body(**serial, tool_choice="auto"))
+    native = free.expected_tokens.s / free.p_tool_call
+    per_token = DEFAULT_PRIORS.json_chars_per_token
+    array_and_keys = len('[{"name": "get_weather", "parameters": }, ]') / per_token
+    assert required.expected_tokens.s - named.expected_tokens.s == pytest.approx(array_and_keys)
+    tags = DEFAULT_PRIORS.tool_call_wrapper_tokens
+    assert native - required.expected_tokens.s == pytest.approx(tags - 6 / per_token)
+    assert any("arguments alone" in r for r in named.reasons)
 
 
 def test_auto_mixes_call_and_prose_and_reads_the_conversation() -> None:

@@ -23,6 +23,11 @@ from policy.vllm_fields import as_bool, as_int, prompts_of
 
 Endpoint = Literal["chat", "completions"]
 _NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}  # read, never written
+# a call's JSON beyond its name and arguments: as a model writes it unforced,
+# {"name": "", "arguments": }; as vLLM's grammar for tool_choice=required writes it,
+# {"name": "", "parameters": } and the comma after it
+_NATIVE_CALL_CHARS = 26.0
+_FORCED_CALL_CHARS = 30.0
 _THINKING_FIELDS = frozenset({"chat_template_kwargs", "reasoning_effort", "enable_thinking", "include_reasoning"})
 _FORMAT_FIELDS = frozenset({"structured_outputs", "response_format"})
 _EFFORTS = {"low", "medium", "high"}
@@ -241,15 +246,17 @@ def _read_tools(body: dict[str, Any], draft: _Draft) -> None:
         draft.prose_tokens = prose
         draft.note("tools is not a list: ignored, estimated as prose")
         return
-    lengths = _tool_lengths(tools, draft)
-    if not lengths:
+    arguments = _argument_chars(tools, draft)
+    if not arguments:
         draft.prose_tokens = prose
         draft.note("no usable tool definitions (each needs function.name): estimated as prose")
         return
     choice = body.get("tool_choice", "auto")
     parallel = as_bool(body.get("parallel_tool_calls")) is not False
-    calls = 1.0 + (p.extra_parallel_calls if parallel and len(lengths) >= 1 else 0.0)
-    mean_call = sum(lengths.values()) / len(lengths)
+    calls = 1.0 + (p.extra_parallel_calls if parallel else 0.0)
+    per_token = p.json_chars_per_token
+    # the name and arguments of a call, on average over the tools offered
+    mean_chars = sum(len(name) + chars for name, chars in arguments.items()) / len(arguments)
     if choice == "none":
         draft.prose_tokens = prose
         draft.note("tool_choice=none: tools are offered but not callable, prose")
@@ -257,18 +264,21 @@ def _read_tools(body: dict[str, Any], draft: _Draft) -> None:
     if isinstance(choice, dict):
         fn = choice.get("function")
         name = fn.get("name") if isinstance(fn, dict) else None
-        if isinstance(name, str) and name in lengths:
+        if isinstance(name, str) and name in arguments:
             draft.constrained = True
             draft.p_call = 1.0
-            draft.schema_tokens = lengths[name]
-            draft.note(f"tool_choice names {name[:60]!r}: whole output is that call (~{lengths[name]:.0f} tokens)")
+            # vLLM's grammar is the function's parameters: the name is the server's to add
+            draft.schema_tokens = max(1.0, arguments[name] / per_token)
+            draft.note(f"tool_choice names {name[:60]!r}: the output is that call's arguments alone "
+                       f"(~{draft.schema_tokens:.0f} tokens)")
             return
         draft.note("tool_choice names a function that is not in tools: treated as auto")
         choice = "auto"
     if choice == "required":
         draft.constrained = True
         draft.p_call = 1.0
-        draft.schema_tokens = calls * mean_call
+        # vLLM's grammar writes [{"name": ..., "parameters": ...}, ...]: bare JSON, no parser tags
+        draft.schema_tokens = (calls * (mean_chars + _FORCED_CALL_CHARS) + 2.0) / per_token
         extra = " (parallel calls allowed)" if parallel else ""
         draft.note(f"tool_choice=required: whole output is tool calls, ~{draft.schema_tokens:.0f} tokens{extra}")
         return
@@ -282,11 +292,13 @@ def _read_tools(body: dict[str, Any], draft: _Draft) -> None:
     if agent_called:
         p_call = min(1.0, p_call + p.p_call_agent_bonus)
     draft.p_call = p_call
+    # unforced, the model writes its own format: the call's JSON inside the parser's tags
+    mean_call = (mean_chars + _NATIVE_CALL_CHARS) / per_token + p.tool_call_wrapper_tokens
     draft.schema_tokens = p_call * calls * mean_call
     draft.prose_tokens = (1.0 - p_call) * prose + p_call * p.preamble_tokens_with_call
     context = "after a tool result" if after_tool else "fresh user turn"
     history = ", earlier turns called tools" if agent_called else ""
-    draft.note(f"tool_choice=auto with {len(lengths)} tools ({context}{history}): p(call)={p_call:.2f}")
+    draft.note(f"tool_choice=auto with {len(arguments)} tools ({context}{history}): p(call)={p_call:.2f}")
 
 
 def _read_legacy(body: dict[str, Any], draft: _Draft) -> None:
@@ -319,12 +331,12 @@ def _read_legacy(body: dict[str, Any], draft: _Draft) -> None:
 # ------------------------------------------------------------------ helpers
 
 
-def _tool_lengths(tools: list[Any], draft: _Draft) -> dict[str, float]:
+def _argument_chars(tools: list[Any], draft: _Draft) -> dict[str, float]:
+    """Each usable tool's expected arguments, in characters of JSON, by name."""
     p = draft.priors
-    lengths: dict[str, float] = {}
+    chars: dict[str, float] = {}
     skipped = 0
     walk = SchemaWalk(p, None)
-    per_token, wrapper = p.json_chars_per_token, p.tool_call_wrapper_tokens
     for tool in tools[: p.max_tools]:
         fn = tool.get("function") if isinstance(tool, dict) else None
         name = fn.get("name") if isinstance(fn, dict) else None
@@ -336,18 +348,16 @@ def _tool_lengths(tools: list[Any], draft: _Draft) -> dict[str, float]:
             draft.note(f"tool {name[:60]!r}: parameters is not an object, sized from priors")
             params = {}
         walk.reset(params)
-        chars = walk.chars(params)
+        chars[name] = walk.chars(params)
         if walk.notes:
             for n in sorted(walk.notes):
                 draft.note(f"tool {name[:60]!r}: {n}")
             walk.notes.clear()
-        # {"name": "...", "arguments": {...}} plus the parser's tags
-        lengths[name] = (len(name) + chars + 26.0) / per_token + wrapper
     if skipped:
         draft.note(f"{skipped} tool(s) without function.name ignored")
     if len(tools) > p.max_tools:
         draft.note(f"{len(tools)} tools: only the first {p.max_tools} sized")
-    return lengths
+    return chars
 
 
 def _schema_tokens(schema: dict[str, Any], draft: _Draft) -> float:
