@@ -95,7 +95,11 @@ def run_demo(seed: int = 1, scale: float = 1.0, out_dir: Path = Path("demo-outpu
         cal_path = calibrate(on, off, out_dir, "Qwen/Qwen3-32B", calibration_requests)
         config = {"pools": [{"name": "spec-on", "urls": [on], "speculation": {"gamma": 8}, "max_num_seqs": SPEC_SEQS},
                             {"name": "spec-off", "urls": [off]}],
-                  "calibration_file": str(cal_path.resolve()), "exploration_share": 0.0, "log_requests": False}
+                  "calibration_file": str(cal_path.resolve()), "exploration_share": 0.0, "log_requests": False,
+                  # as the README's example configuration: a predicted saving under 5% is a coin flip
+                  # (the same prompt's reasoning share varies 0.4-0.8 between draws), and speculation's
+                  # draft cost is certain, so such requests stay on the plain pool
+                  "default_policy": {"margin": 0.05}}
         (out_dir / "draftgate.yaml").write_text(yaml.safe_dump(config))
         with ServerProcess(["serve", "--config", str(out_dir / "draftgate.yaml"), "--log-level", "warning"]) as proxy:
             say(f"\n2. proxy on {proxy.url}/v1 — while it runs, its metrics are at {proxy.url}/metrics")
