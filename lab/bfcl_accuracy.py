@@ -9,9 +9,9 @@ rendered as the model writes it unforced: ``{"name": ..., "arguments": ...}``
 per call, converted to tokens with the same characters-per-token prior and the
 same allowance for the parser's tags, so the comparison is of sizes, not of
 tokenizers. (Forced, vLLM's grammar writes the calls otherwise, and the
-estimator sizes them so; BFCL's calls are free.) For ``tool_choice=auto`` it reports how often the
-estimator's call / no-call expectation (p(call) >= 0.5) matches the truth;
-irrelevance entries expect no call.
+estimator sizes them so; BFCL's calls are free.) For ``tool_choice=auto`` it
+reports how often the estimator's call / no-call expectation (p(call) >= 0.5)
+matches the truth; irrelevance entries expect no call.
 """
 
 from __future__ import annotations
