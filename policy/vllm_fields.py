@@ -52,6 +52,12 @@ def _lax(reader: TypeAdapter[Any], value: Any) -> Any:
         return None
 
 
+def is_thinking_budget(value: Any) -> bool:
+    """Whether vLLM takes ``value`` as a ``thinking_token_budget``: it reads that field
+    strictly (no "256", no 256.0), a whole number from -1, which means none."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= -1
+
+
 def prompts_of(body: Any) -> list[Any]:
     """A completions body's prompts, as vLLM splits a batch: a list of strings, or of
     lists of token ids, is several prompts; a string or one list of token ids is one."""

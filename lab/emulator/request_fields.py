@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from policy.structure.constraints import CONSTRAINT_KINDS
-from policy.vllm_fields import as_bool, as_float, as_int
+from policy.vllm_fields import as_bool, as_float, as_int, is_thinking_budget
 
 
 class BadRequest(Exception):
@@ -123,8 +123,8 @@ def check_cache_salt(body: dict[str, Any]) -> None:
 
 
 def check_thinking_budget(body: dict[str, Any]) -> None:
-    """``thinking_token_budget`` as vLLM validates it: strictly a whole number, -1 for none."""
+    """``thinking_token_budget`` as vLLM validates it."""
     budget = body.get("thinking_token_budget")
-    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < -1):
+    if budget is not None and not is_thinking_budget(budget):
         raise BadRequest("`thinking_token_budget` must be a non-negative integer or -1 for unlimited.",
                          param="thinking_token_budget")

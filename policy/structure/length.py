@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from policy.vllm_fields import as_bool, as_int
+from policy.vllm_fields import as_bool, as_int, is_thinking_budget
 
 Split = tuple[float, float, float]  # expected tokens: schema-bound, reasoning, prose
 
@@ -65,9 +65,8 @@ def bounded(body: dict[str, Any], split: Split, room: float | None = None,
 
 
 def _within_thinking_budget(budget: Any, reasoning: float, notes: list[str]) -> float:
-    """Reasoning within ``thinking_token_budget``: a whole number, -1 for none. vLLM
-    reads it strictly (no "256", no 256.0) and refuses anything else."""
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < -1:
+    """Reasoning within ``thinking_token_budget`` (-1: none); vLLM refuses a value it does not take."""
+    if not is_thinking_budget(budget):
         notes.append(f"thinking_token_budget {str(budget)[:24]!r} is not a whole number from -1: vLLM refuses it")
         return reasoning
     if budget == -1 or reasoning <= budget:
