@@ -75,8 +75,9 @@ class Recorder:
         measured = None
         tau_obs = saving_obs = None
         if status == 200 and observation.complete and upstream is not None:
-            measured = observation.measured(plan.body, gk.settings.structure_priors.legacy_guided_fields_honoured,
-                                            plan.estimate.reasoning_hidden)
+            measured = observation.measured(
+                plan.body, legacy_guided_honoured=gk.settings.structure_priors.legacy_guided_fields_honoured,
+                reasoning_hidden=plan.estimate.reasoning_hidden)
             if measured.source == "characters":
                 self._tell_no_usage(upstream.pool.name)
             if measured.total_tokens > 0 and plan.shape:  # a fallback plan has no shape to learn
