@@ -9,7 +9,7 @@ delta+d read 0.01 low (of 0.32) sent one of them to speculation, and the replay
 came out 6.6% above the oracle (8.6% at a third of the scale, where it is one
 request in two). So the demo runs with the margin the example configuration
 recommends (5%), which keeps such coin flips on the plain pool, and at half scale,
-where one request weighs less. Seeds 1, 2 and 3 then come out 2.3-3.1% above
+where one request weighs less. Seeds 1, 2 and 3 then come out 2.2-3.1% above
 the oracle, and seed 3 stays there with delta+d read 0.02 low or 0.03 high.
 """
 
