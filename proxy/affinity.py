@@ -3,8 +3,10 @@
 Agents resend a growing conversation; moving turn N+1 to another pool
 re-prefills all of it. A conversation is identified by a chained hash over its
 messages (so turn N+1, which extends turn N, finds turn N's entry at the
-longest matching prefix) and by ``session_id`` / ``user`` when present.
-Memory is bounded (LRU).
+longest matching prefix) and by what the client says groups its requests,
+when it says it (``_SESSION_FIELDS``): that still finds a conversation whose
+client has trimmed or compacted its history. Memory is bounded (LRU, and every
+key a hash, whatever the client sent).
 """
 
 from __future__ import annotations
@@ -13,6 +15,11 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+# What clients send to say which requests share a prompt, most specific first:
+# OpenAI's prompt_cache_key (agent clients such as Codex set it per conversation),
+# a session_id extension, then the end user (user, and safety_identifier, OpenAI's
+# newer name for it).
+_SESSION_FIELDS = ("prompt_cache_key", "session_id", "user", "safety_identifier")
 
 @dataclass(frozen=True, slots=True)
 class Placement:
@@ -37,18 +44,21 @@ class Conversation:
     """
 
     chain: tuple[tuple[int, int], ...]  # (hash, characters so far) after each message
-    session: str | None
+    session: int | None
 
     @classmethod
     def of(cls, body: Any) -> Conversation:
         if not isinstance(body, dict):
             return cls((), None)
-        return cls(_chain(body), _session(body))
+        model, salt = str(body.get("model")), body.get("cache_salt")
+        # vLLM salts the prefix cache with cache_salt: prompts alike under two salts share no block
+        cache = (model, salt if type(salt) is str else None)
+        return cls(_chain(body, cache), _session(body, cache))
 
 
-def _chain(body: dict[str, Any]) -> tuple[tuple[int, int], ...]:
-    """(hash, characters so far) after each message, rooted in the model, the tool names
-    and the cache salt.
+def _chain(body: dict[str, Any], cache: tuple[str, str | None]) -> tuple[tuple[int, int], ...]:
+    """(hash, characters so far) after each message, rooted in the model, the cache
+    salt and the tool names.
 
     Python's own hash, of each message taken apart into tuples: the table lives and
     dies with this process, so a per-process hash seed is no loss.
@@ -58,9 +68,7 @@ def _chain(body: dict[str, Any]) -> tuple[tuple[int, int], ...]:
     if isinstance(tools, list):
         names = tuple(tool.get("function", {}).get("name") if isinstance(tool, dict)
                       and isinstance(tool.get("function"), dict) else None for tool in tools[:512])
-    # vLLM salts the prefix cache with cache_salt: prompts alike under two salts share no block
-    salt = body.get("cache_salt")
-    h = hash((str(body.get("model")), repr(names), salt if type(salt) is str else None))
+    h = hash((*cache, repr(names)))
     out: list[tuple[int, int]] = []
     chars = 0
     messages = body.get("messages")
@@ -104,18 +112,20 @@ def _text(value: Any) -> str:
         return f"<deep value {id(value)}>"
 
 
-def _session(body: dict[str, Any]) -> str | None:
-    for key in ("session_id", "user"):
+def _session(body: dict[str, Any], cache: tuple[str, str | None]) -> int | None:
+    """The client's grouping, under the model and salt it caches for, as a hash: a
+    megabyte ``user`` must not be kept 100,000 times."""
+    for key in _SESSION_FIELDS:
         value = body.get(key)
         if isinstance(value, str) and value:
-            return f"{key}:{value}"
+            return hash((key, value, *cache))
     return None
 
 
 class AffinityTable:
     def __init__(self, capacity: int = 100_000) -> None:
         self.capacity = capacity
-        self._entries: OrderedDict[int | str, Placement] = OrderedDict()
+        self._entries: OrderedDict[int, Placement] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -144,7 +154,7 @@ class AffinityTable:
         if conversation.session is not None:
             self._put(conversation.session, placement)
 
-    def _put(self, key: int | str, placement: Placement) -> None:
+    def _put(self, key: int, placement: Placement) -> None:
         self._entries[key] = placement
         self._entries.move_to_end(key)
         while len(self._entries) > self.capacity:

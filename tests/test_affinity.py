@@ -60,6 +60,48 @@ def test_a_salted_conversation_finds_its_own_salt_only() -> None:
     assert table.lookup(Conversation.of(chat(SYSTEM, ASK, CALL)), 100.0) is None
 
 
+def test_a_compacted_conversation_is_found_by_what_its_client_groups_it_by() -> None:
+    """Agents trim and summarise their history, which breaks the prefix chain; the key
+    the client sends with every turn still finds the pool."""
+    compacted = chat(SYSTEM, {"role": "user", "content": "Summary: order 1234 shipped."}, ASK)
+    for field in ("prompt_cache_key", "session_id", "user", "safety_identifier"):
+        table = AffinityTable()
+        answered(table, chat(SYSTEM, ASK, CALL, RESULT, **{field: "conv-7"}), pool="spec-off")
+        assert table.lookup(Conversation.of(compacted), 100.0) is None
+        match = table.lookup(Conversation.of({**compacted, field: "conv-7"}), 100.0)
+        assert match is not None and match.via == "session" and match.placement.pool == "spec-off", field
+        assert table.lookup(Conversation.of({**compacted, field: "conv-8"}), 100.0) is None
+
+
+def test_the_most_specific_grouping_wins_and_holds_for_one_model_and_salt_only() -> None:
+    table = AffinityTable()
+    answered(table, chat(SYSTEM, ASK, prompt_cache_key="conv-7", user="alice"))
+    again = {"role": "user", "content": "Start over."}
+    assert table.lookup(Conversation.of(chat(again, prompt_cache_key="conv-7", user="bob")), 100.0) is not None
+    # the same user in another conversation: the conversation's key decides, not the user
+    assert table.lookup(Conversation.of(chat(again, prompt_cache_key="conv-8", user="alice")), 100.0) is None
+    for other in (chat(again, prompt_cache_key="conv-7", model="other"),
+                  chat(again, prompt_cache_key="conv-7", cache_salt="tenant-b")):
+        assert table.lookup(Conversation.of(other), 100.0) is None, other
+
+
+def test_a_client_key_of_any_size_is_kept_as_a_hash() -> None:
+    """100,000 entries of a megabyte each would be 100 GB: the table keeps none of the text."""
+    import tracemalloc
+
+    table = AffinityTable(capacity=1000)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(200):
+            answered(table, chat(ASK, user=f"{i}" + "u" * 1_000_000))
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(table) == 201  # the one prefix they share, and 200 sessions
+    assert kept < 2_000_000, kept
+
+
 def test_values_of_different_kinds_that_print_alike_stay_apart() -> None:
     as_list = Conversation.of(chat({"role": "user", "content": [1]}, ASK)).chain[0][0]
     as_text = Conversation.of(chat({"role": "user", "content": "[1]"}, ASK)).chain[0][0]

@@ -188,7 +188,8 @@ def test_agent_conversation_stays_on_one_pool(s: Stack) -> None:
     for turn in range(6):
         if turn % 2 == 0:
             r = s.client.chat.completions.with_raw_response.create(model=MODEL, messages=messages, tools=[WEATHER],
-                                                                   tool_choice="required", temperature=0)
+                                                                   tool_choice="required", temperature=0,
+                                                                   prompt_cache_key="trip-1")
             message = r.parse().choices[0].message
             call = message.tool_calls[0]
             messages.append({"role": "assistant", "content": None, "tool_calls": [
@@ -199,7 +200,7 @@ def test_agent_conversation_stays_on_one_pool(s: Stack) -> None:
             # agents send their tools every turn: they are part of the cached prompt prefix
             r = s.client.chat.completions.with_raw_response.create(model=MODEL, messages=messages, tools=[WEATHER],
                                                                    tool_choice="none", temperature=0.7,
-                                                                   max_tokens=60)
+                                                                   max_tokens=60, prompt_cache_key="trip-1")
             messages.append({"role": "assistant", "content": r.parse().choices[0].message.content})
             messages.append({"role": "user", "content": f"Next step {turn}"})
         routes.append(r.headers["x-draftgate-route"])
@@ -207,6 +208,13 @@ def test_agent_conversation_stays_on_one_pool(s: Stack) -> None:
     explain = httpx.post(f"{s.proxy.url}/draftgate/explain",
                          json={"model": MODEL, "messages": messages, "tools": [WEATHER]}).json()
     assert explain["affinity"] is not None and explain["affinity"]["cached_tokens"] > 500
+    # the client compacts its history: the prefix is new, the key it sends each turn is not
+    compacted = {"model": MODEL, "tools": [WEATHER], "messages": [
+        messages[0], {"role": "user", "content": "So far: weather checked. Book the hotel."}]}
+    assert httpx.post(f"{s.proxy.url}/draftgate/explain", json=compacted).json()["affinity"] is None
+    keyed = httpx.post(f"{s.proxy.url}/draftgate/explain", json={**compacted, "prompt_cache_key": "trip-1"}).json()
+    assert keyed["affinity"] is not None and keyed["affinity"]["via"] == "session"
+    assert keyed["affinity"]["pool"] == routes[-1]
 
 
 def test_explain_endpoint(s: Stack) -> None:
