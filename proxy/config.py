@@ -250,9 +250,6 @@ class ProxySettings(BaseSettings):
             sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=yaml_file))
         return tuple(sources)
 
-    def policy_for(self, model: str | None) -> ModelPolicy:
-        return self.models.get(model or "", self.default_policy)
-
     def restart_needed(self, running: ProxySettings) -> list[str]:
         """The keys read at startup whose value here differs from the ``running`` one's:
         a reload to these settings leaves those as they were."""

@@ -15,7 +15,7 @@ from policy.structure import SamplingDefaults, StructureEstimate, StructureLearn
 from proxy.affinity import AffinityTable, Conversation, Match
 from proxy.budget import RetryBudget
 from proxy.calibration_file import load_calibration
-from proxy.config import ConfigError, ProxySettings
+from proxy.config import ConfigError, ModelPolicy, ProxySettings
 from proxy.metrics import ProxyMetrics
 from proxy.pools import Pool, PoolSet
 
@@ -116,7 +116,10 @@ class Gatekeeper:
         """What every request would otherwise rebuild from the settings."""
         pools = list(self.pools)
         self._sampling_defaults = next((p for p in pools if p.speculative), pools[0]).config.sampling_defaults
-        self._policies: dict[str | None, GatePolicy] = {}
+        # one per configured model and one for the rest, built here: a table filled as
+        # requests come would be keyed by whatever model names clients send
+        self._policies = {name: self._gate_policy_of(config) for name, config in self.settings.models.items()}
+        self._default_policy = self._gate_policy_of(self.settings.default_policy)
         for pool in pools:  # a pool never ejected shows 0 on the dashboard rather than nothing
             self.metrics.ejections.labels(pool=pool.name)
 
@@ -135,14 +138,13 @@ class Gatekeeper:
         return self._sampling_defaults
 
     def gate_policy(self, model: str | None) -> GatePolicy:
-        policy = self._policies.get(model)
-        if policy is None:
-            config = self.settings.policy_for(model)
-            policy = GatePolicy(mode=config.mode, margin=config.margin, hysteresis=config.hysteresis,
-                                kv_cache_full=self.settings.kv_cache_full, kv_cache_ramp=self.settings.kv_cache_ramp)
-            if len(self._policies) < 1024:  # model names come from clients
-                self._policies[model] = policy
-        return policy
+        """The policy ``models`` configures for ``model``; ``default_policy`` for any other
+        model, and for a request that names none."""
+        return self._policies.get(model or "", self._default_policy)
+
+    def _gate_policy_of(self, config: ModelPolicy) -> GatePolicy:
+        return GatePolicy(mode=config.mode, margin=config.margin, hysteresis=config.hysteresis,
+                          kv_cache_full=self.settings.kv_cache_full, kv_cache_ramp=self.settings.kv_cache_ramp)
 
     def plan(self, body: dict[str, Any], endpoint: str, serving: set[str] | None = None,
              context: int | None = None) -> Plan:

@@ -31,8 +31,10 @@ _TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 
 _TPOT_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2)
 # Model names come from clients, and while no pool answers /v1/models the proxy cannot
 # tell a real one from a typo, so it admits any. Past this many distinct names the rest
-# share one label value: a client cannot grow the series without bound.
+# share one label value: a client cannot grow the series without bound. Nor their size:
+# a name longer than any model id is no name, and every scrape would carry it.
 MAX_MODEL_LABELS = 32
+MAX_MODEL_LABEL_CHARS = 256
 OTHER_MODELS = "other"
 
 
@@ -158,12 +160,13 @@ class ProxyMetrics:
                 setattr(self, name, Labelled(metric))
 
     def model_label(self, model: str | None) -> str:
-        """The label value for a request's model: its name, or OTHER_MODELS once MAX_MODEL_LABELS are in use."""
+        """The label value for a request's model: its name, or OTHER_MODELS once MAX_MODEL_LABELS
+        are in use or for a name over MAX_MODEL_LABEL_CHARS."""
         if not model:
             return ""
         if model in self._models:
             return model
-        if len(self._models) < MAX_MODEL_LABELS:
+        if len(self._models) < MAX_MODEL_LABELS and len(model) <= MAX_MODEL_LABEL_CHARS:
             self._models.add(model)
             return model
         return OTHER_MODELS

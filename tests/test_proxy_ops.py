@@ -19,7 +19,7 @@ import yaml
 from lab.servers import ServerProcess, free_port
 from proxy.app import create_app
 from proxy.config import ConfigError, load_settings
-from proxy.metrics import MAX_MODEL_LABELS, OTHER_MODELS
+from proxy.metrics import MAX_MODEL_LABEL_CHARS, MAX_MODEL_LABELS, OTHER_MODELS
 from proxy.monitor import Monitor
 from proxy.pools import PoolSet
 from tests.conftest import emulator
@@ -464,17 +464,18 @@ def test_a_failing_gate_or_recorder_never_costs_the_client_its_answer() -> None:
 
 def test_model_names_clients_type_cannot_grow_the_metrics_without_bound() -> None:
     """With no pool answering, the proxy cannot tell real model names from typos and admits
-    them all; past MAX_MODEL_LABELS distinct names their series share the label "other"."""
+    them all; past MAX_MODEL_LABELS distinct names their series share the label "other", as
+    does a name too long to be one."""
     down = [f"http://127.0.0.1:{free_port()}" for _ in range(2)]  # nothing listens there
     with proxy_server(create_app(proxy_settings(*down))) as proxy, httpx.Client(timeout=30) as h:
-        names = [f"typo-{i}" for i in range(MAX_MODEL_LABELS + 8)]
+        names = ["x" * (MAX_MODEL_LABEL_CHARS + 1)] + [f"typo-{i}" for i in range(MAX_MODEL_LABELS + 8)]
         for name in names:
             r = h.post(f"{proxy.url}/v1/chat/completions", json={"model": name, "messages": USER})
             assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_unavailable"
         text = h.get(f"{proxy.url}/metrics").text
     labelled = {name for name in names if metric_value(text, "draftgate_requests_total", model=name) > 0}
-    assert len(labelled) == MAX_MODEL_LABELS
-    assert metric_value(text, "draftgate_requests_total", model=OTHER_MODELS) == 8
+    assert len(labelled) == MAX_MODEL_LABELS and names[0] not in labelled
+    assert metric_value(text, "draftgate_requests_total", model=OTHER_MODELS) == 9
     assert metric_value(text, "draftgate_requests_total") == len(names)
 
 
