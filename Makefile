@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(BIN)/python -m lab.bench_disconnect
 	$(BIN)/python -m lab.bench_large_answer
 	$(BIN)/python -m lab.bench_conversation
+	$(BIN)/python -m lab.bench_burst
 
 # Agent traffic through the proxy for five minutes while replicas fail and die: nothing may be lost.
 soak: $(STAMP)

@@ -218,11 +218,11 @@ class Proxy:
         status = 200
         relayed = 0  # events: a Responses stream numbers them from 0, and an error must come next
         try:
-            async for event in relay_events(upstream.response.aiter_raw(), observation, strip_usage):
+            async for events in relay_events(upstream.response.aiter_raw(), observation, strip_usage):
                 if observation.first_byte_at is None:
                     observation.first_byte_at = time.perf_counter()
-                relayed += 1
-                yield event
+                relayed += len(events)
+                yield b"".join(events)
             if observation.complete:
                 upstream.replica.answered()
         except UpstreamError as exc:

@@ -5,7 +5,10 @@ API's named ones): each complete event is forwarded as soon
 as its terminating blank line is seen; the only event ever removed is the
 usage-only chunk that ``--enable-force-include-usage`` adds for clients that
 did not ask for usage, so the client sees exactly what a direct call would
-have returned. A passed-through body goes chunk by chunk, whatever it is.
+have returned. The events one upstream read completes go to the client in one
+write: they arrived together, and a proxy that has fallen behind catches up
+with one write for its backlog rather than one per event. A passed-through
+body goes chunk by chunk, whatever it is.
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ def _is_usage_only(payload: Any) -> bool:
 _RESPONSE_ENDS = (b"event: response.completed\n", b"event: response.incomplete\n", b"event: response.failed\n")
 
 
-async def relay_events(chunks: AsyncIterator[bytes], observation: Observation, strip_usage: bool) -> AsyncIterator[bytes]:
+async def relay_events(chunks: AsyncIterator[bytes], observation: Observation,
+                       strip_usage: bool) -> AsyncIterator[list[bytes]]:
+    """The events each read of ``chunks`` completes, in order: one list per read that completes any."""
     # An event can be large: a Responses stream with logprobs repeats them all in each of
     # its four closing events, 10 MB apiece at 8k tokens. So the bytes gather in one
     # bytearray (appending is amortised, taking an event off the front is cheap) and only
@@ -40,6 +45,7 @@ async def relay_events(chunks: AsyncIterator[bytes], observation: Observation, s
     async for raw in chunks:
         searched = max(0, len(pending) - 1)  # the blank line may straddle two reads
         pending += raw
+        events: list[bytes] = []
         while True:
             end = pending.find(b"\n\n", searched)
             if end < 0:
@@ -56,9 +62,11 @@ async def relay_events(chunks: AsyncIterator[bytes], observation: Observation, s
             elif event.startswith(_RESPONSE_ENDS):
                 observation.feed_bytes(event.partition(b"\ndata: ")[2])
                 observation.complete = True
-            yield event
+            events.append(event)
+        if events:
+            yield events
     if pending:
-        yield bytes(pending)
+        yield [bytes(pending)]
 
 
 class RelayedBody(StreamingResponse):

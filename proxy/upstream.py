@@ -175,7 +175,12 @@ class UpstreamResponse:
         self._released = False
 
     async def aiter_raw(self) -> AsyncIterator[bytes]:
-        """The body as it arrives (transfer encoding removed, content encoding kept)."""
+        """The body as it arrives (transfer encoding removed, content encoding kept).
+
+        What has arrived by each step comes as one piece: a reader that fell behind
+        (the proxy under load, a client slow to take its writes) catches up with one
+        step per backlog, not one per chunk the server wrote.
+        """
         while True:
             chunk = await self._next_chunk()
             if chunk is None:
@@ -223,10 +228,16 @@ class UpstreamResponse:
             raise UpstreamTimeout(f"no data for {self._read_timeout}s")
 
     async def _next_chunk(self) -> bytes | None:
+        """The next chunk, joined with those behind it that have arrived too; None at the end."""
         conn = self._conn
         if not conn.chunks:
             await self._wait_for_chunk()
         item = conn.chunks.popleft()
+        if type(item) is bytes and conn.chunks and type(conn.chunks[0]) is bytes:
+            parts = [item]
+            while conn.chunks and type(conn.chunks[0]) is bytes:  # at most _PAUSE_AT: reading pauses there
+                parts.append(conn.chunks.popleft())  # type: ignore[arg-type]
+            item = b"".join(parts)
         if conn.paused and len(conn.chunks) < _PAUSE_AT // 2 and conn.transport is not None:
             conn.paused = False
             conn.transport.resume_reading()

@@ -40,7 +40,7 @@ def _relay(stream: bytes, size: int, strip_usage: bool) -> tuple[list[bytes], Ob
     observation = Observation()
 
     async def collect() -> list[bytes]:
-        return [event async for event in relay_events(_split(stream, size), observation, strip_usage)]
+        return [event async for read in relay_events(_split(stream, size), observation, strip_usage) for event in read]
 
     return asyncio.run(collect()), observation
 
@@ -69,8 +69,22 @@ def test_events_of_any_size_pass_whole_wherever_the_reads_end(sizes: list[int], 
     stream = b"".join(events) + DONE
 
     async def collect() -> list[bytes]:
-        return [event async for event in relay_events(_cut(stream, cuts), Observation(), False)]
+        return [event async for read in relay_events(_cut(stream, cuts), Observation(), False) for event in read]
     assert asyncio.run(collect()) == [*events, DONE]
+
+
+def test_the_events_one_read_completes_go_out_together() -> None:
+    """A proxy behind its upstream reads several events at once; it writes them at once,
+    not one write each. A read that completes no event sends nothing."""
+    reads = [CHUNK + CHUNK[:9], CHUNK[9:] + CHUNK + USAGE_ONLY, DONE[:4], DONE[4:]]
+
+    async def collect() -> list[list[bytes]]:
+        async def upstream() -> AsyncIterator[bytes]:
+            for read in reads:
+                yield read
+        return [batch async for batch in relay_events(upstream(), Observation(), strip_usage=True)]
+
+    assert asyncio.run(collect()) == [[CHUNK], [CHUNK, CHUNK], [DONE]]
 
 
 def test_the_usage_only_chunk_is_removed_for_clients_that_did_not_ask() -> None:
@@ -92,7 +106,7 @@ def test_a_responses_stream_is_relayed_whole_and_read_from_the_event_that_ends_i
         observation = Observation(reshape=chat_completion)
 
         async def collect(obs: Observation = observation) -> list[bytes]:
-            return [event async for event in relay_events(_split(stream, size), obs, True)]
+            return [event async for read in relay_events(_split(stream, size), obs, True) for event in read]
 
         assert b"".join(asyncio.run(collect())) == stream
         assert observation.complete and observation.response_id == "resp_1"
@@ -101,7 +115,7 @@ def test_a_responses_stream_is_relayed_whole_and_read_from_the_event_that_ends_i
     observation = Observation(reshape=chat_completion)
 
     async def collect_failed() -> list[bytes]:
-        return [event async for event in relay_events(_split(failed, 5), observation, True)]
+        return [event async for read in relay_events(_split(failed, 5), observation, True) for event in read]
 
     assert b"".join(asyncio.run(collect_failed())) == failed
     assert observation.complete  # ended as the server meant it to, with nothing to measure

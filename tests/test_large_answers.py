@@ -97,7 +97,7 @@ def test_a_large_stream_chunk_reads_as_parsed_whole() -> None:
         async def read() -> AsyncIterator[bytes]:
             yield event
         observation = Observation()
-        events = [e async for e in relay_events(read(), observation, strip_usage=True)]
+        events = [e async for batch in relay_events(read(), observation, strip_usage=True) for e in batch]
         assert observation.parts == parts_of(chunk)
         return events
     assert asyncio.run(relayed()) == [event]

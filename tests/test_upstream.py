@@ -154,3 +154,35 @@ async def _until(condition, seconds: float = 5.0) -> bool:  # type: ignore[no-un
             return True
         await asyncio.sleep(0.01)
     return condition()
+
+
+def test_what_has_arrived_is_read_as_one_piece() -> None:
+    """A reader behind its server (the proxy under load) takes the backlog in one step,
+    not one per chunk the server wrote; what comes later comes as it comes."""
+    async def run() -> list[bytes]:
+        later = asyncio.Event()
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            chunks = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in (b"one ", b"two ", b"three "))
+            writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + chunks)
+            await writer.drain()
+            await later.wait()
+            writer.write(b"4\r\nfour\r\n0\r\n\r\n")
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        origin = Origin(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        response = await origin.request("GET", "/", [], b"", 5, 5)
+        await asyncio.sleep(0.2)  # the first three chunks are here by now
+        pieces = []
+        async for piece in response.aiter_raw():
+            pieces.append(piece)
+            later.set()
+        await response.aclose()
+        origin.close()
+        server.close()
+        return pieces
+
+    assert asyncio.run(run()) == [b"one two three ", b"four"]
