@@ -21,6 +21,7 @@ from typing import Any
 # newer name for it).
 _SESSION_FIELDS = ("prompt_cache_key", "session_id", "user", "safety_identifier")
 
+
 @dataclass(frozen=True, slots=True)
 class Placement:
     pool: str

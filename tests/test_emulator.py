@@ -156,6 +156,26 @@ def test_include_reasoning_false_hides_the_reasoning_not_its_tokens(pools) -> No
     assert chunks[-1]["usage"]["completion_tokens"] == shown["usage"]["completion_tokens"]
 
 
+def test_include_reasoning_false_hides_the_reasoning_of_a_response_too(pools) -> None:
+    """vLLM's Responses model takes include_reasoning as chat does: no reasoning item, no
+    reasoning events, and the usage still counts its tokens (read by the official client)."""
+    on, _ = pools
+    ask = {"model": "Qwen/Qwen3-32B", "input": "What is the weather in Paris?", "reasoning": {"effort": "low"},
+           "max_output_tokens": 2000, "temperature": 0}
+    shown = client(on.url).responses.create(**ask)
+    hidden = client(on.url).responses.create(**ask, extra_body={"include_reasoning": False})
+    assert [item.type for item in shown.output] == ["reasoning", "message"]
+    assert [item.type for item in hidden.output] == ["message"]
+    assert hidden.output[0].content[0].text == shown.output[1].content[0].text
+    assert hidden.usage.output_tokens == shown.usage.output_tokens
+    assert hidden.usage.output_tokens_details.reasoning_tokens == shown.usage.output_tokens_details.reasoning_tokens > 0
+    events = list(client(on.url).responses.create(**ask, stream=True, extra_body={"include_reasoning": False}))
+    assert not any("reasoning" in e.type for e in events)
+    assert [e.output_index for e in events if e.type == "response.output_item.added"] == [0]
+    assert [item.type for item in events[-1].response.output] == ["message"]
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == hidden.output[0].content[0].text
+
+
 def test_thinking_token_budget_ends_the_reasoning_as_vllm_does(pools) -> None:
     on, _ = pools
     url = f"{on.url}/v1/chat/completions"

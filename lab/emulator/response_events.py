@@ -54,6 +54,9 @@ class LiveItems:
             if first.channel != "tool_name":  # a name is one token, and opens its call
                 while stop < end and (tokens[stop].channel, tokens[stop].call) == (first.channel, first.call):
                     stop += 1
+            if first.channel == "reasoning" and not self.run.include_reasoning:
+                position = stop  # generated, and left out of the stream
+                continue
             item = self.run.live_item(first.channel, first.call)
             if item["id"] not in self.opened:
                 yield from self._close_open(position)

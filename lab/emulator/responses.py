@@ -60,6 +60,8 @@ class _Run:
     gen: Generated
     prompt_len: int
     top_logprobs: int | None  # None: the request did not include "message.output_text.logprobs"
+    # false (the request's include_reasoning): the reasoning is generated and counted, never shown
+    include_reasoning: bool = True
     # output tokens passed on to the listeners so far; not seq.emitted, which runs ahead
     # of the spans still queued for _finish (a stream joining then would get them twice)
     emitted: int = 0
@@ -82,7 +84,7 @@ class _Run:
 
     def items_at(self, position: int) -> list[dict[str, Any]]:
         """The output items of the first ``position`` output tokens, each as it is once its tokens are out."""
-        message = wire.chat_message(self.gen, position)
+        message = wire.chat_message(self.gen, position, self.include_reasoning)
         return _output_items(self.item_id, message, self.logprobs(0, position) if self.top_logprobs is not None
                              else None)
 
@@ -149,7 +151,7 @@ class Responses:
             return wire.error_response(str(exc), 400)
         rid = request.headers.get("x-request-id") or f"resp_{uuid.uuid4().hex}"
         run = _Run(self._response(rid, body, "queued" if background else "in_progress"), messages, seqs[0], gens[0],
-                   prompt_len, _top_logprobs(body))
+                   prompt_len, _top_logprobs(body), include_reasoning=body.get("include_reasoning") is not False)
         self.emulator.get_engine().submit(run.seq)
         if store:
             self.stored[rid] = run.response
@@ -227,7 +229,7 @@ class Responses:
 
     def _fill(self, run: _Run) -> None:
         response, seq = run.response, run.seq
-        message = wire.chat_message(run.gen, seq.emitted)
+        message = wire.chat_message(run.gen, seq.emitted, run.include_reasoning)
         response["output"] = run.items_at(seq.emitted)
         response["status"] = "incomplete" if seq.finish_reason == "length" else "completed"
         if response["status"] == "incomplete":
