@@ -15,6 +15,7 @@ import jsonschema
 import openai
 import pytest
 
+from lab.emulator.tokens import tokenize
 from tests.conftest import emulator
 from tests.proxy_harness import metric_value
 
@@ -173,7 +174,30 @@ def test_include_reasoning_false_hides_the_reasoning_of_a_response_too(pools) ->
     assert not any("reasoning" in e.type for e in events)
     assert [e.output_index for e in events if e.type == "response.output_item.added"] == [0]
     assert [item.type for item in events[-1].response.output] == ["message"]
-    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == hidden.output[0].content[0].text
+    streamed = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert streamed == hidden.output[0].content[0].text
+
+
+def test_a_named_function_is_answered_with_its_arguments_alone_generated(pools) -> None:
+    """With a named function vLLM's grammar is that function's parameters: the model writes
+    only the arguments, usage counts only them, and the server puts the name beside the
+    first of them in a stream (read by the official client)."""
+    on, _ = pools
+    ask = {"model": "Qwen/Qwen3-32B", "messages": USER, "tools": [WEATHER], "temperature": 0,
+           "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}
+    answer = client(on.url).chat.completions.create(**ask)
+    call = answer.choices[0].message.tool_calls[0]
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments)
+    assert answer.usage.completion_tokens == len(tokenize(call.function.arguments))
+    chunks = list(client(on.url).chat.completions.create(**ask, stream=True))
+    calls = [c for chunk in chunks for choice in chunk.choices for c in choice.delta.tool_calls or []]
+    assert calls[0].function.name == "get_weather" and calls[0].id and calls[0].function.arguments
+    assert all(c.function.name is None for c in calls[1:])
+    assert "".join(c.function.arguments for c in calls) == call.function.arguments
+    required = client(on.url).chat.completions.create(**{**ask, "tool_choice": "required"})
+    written = required.choices[0].message.tool_calls
+    # unnamed, the model writes each name too (as one token, here)
+    assert required.usage.completion_tokens == sum(1 + len(tokenize(c.function.arguments)) for c in written)
 
 
 def test_thinking_token_budget_ends_the_reasoning_as_vllm_does(pools) -> None:

@@ -380,6 +380,21 @@ def test_measure_non_streamed_tool_call_and_reasoning() -> None:
     assert obs.tokens.r == pytest.approx(75) and obs.tokens.s == pytest.approx(25)
 
 
+def test_measure_leaves_out_the_name_the_server_adds_to_a_named_function() -> None:
+    """With tool_choice naming the function, vLLM's grammar writes its arguments alone and
+    the server adds the name; unforced, the model writes the name too."""
+    arguments = '{"city":"Paris"}' + " " * 84
+    response = {"choices": [{"message": {"role": "assistant", "reasoning": "r" * 300, "content": None,
+                                         "tool_calls": [{"id": "1", "type": "function", "function": {
+                                             "name": "get_weather", "arguments": arguments}}]}}],
+                "usage": {"completion_tokens": 100}}
+    named = measure(body(tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "get_weather"}}),
+                    response)
+    assert named.chars.s == len(arguments) and named.tokens.s == pytest.approx(25)
+    written = measure(body(tools=[WEATHER], tool_choice="required"), response)
+    assert written.chars.s == len(arguments) + len("get_weather") and written.tokens.s > named.tokens.s
+
+
 def test_measure_json_content_is_schema_and_plain_content_prose() -> None:
     response = {"choices": [{"message": {"content": '{"a": 1}'}}], "usage": {"completion_tokens": 5}}
     assert measure(body(response_format={"type": "json_object"}), response).w_s == 1.0

@@ -84,12 +84,15 @@ def generate(body: dict[str, Any], profile: EngineProfile, rng: random.Random, e
     tools = body.get("tools") if endpoint == "chat" and isinstance(body.get("tools"), list) else []
     chosen = _choose_calls(body, tools, messages, profile, rng)
     if chosen:
+        # a named function's grammar is its parameters: the model writes the arguments, the server the name
+        named = isinstance(body.get("tool_choice"), dict)
         for i, tool in enumerate(chosen):
             fn = tool["function"]
             args = json.dumps(_instance(fn.get("parameters") or {"type": "object"}, rng, context_words, fn.get("parameters")))
             call_id = f"chatcmpl-tool-{rng.getrandbits(64):016x}"
             out.calls.append(ToolCall(call_id, fn["name"], args))
-            out.tokens.append(OutputToken(fn["name"], "s", "tool_name", i))
+            if not named:
+                out.tokens.append(OutputToken(fn["name"], "s", "tool_name", i))
             out.add(args, "s", "tool_args", i)
         return out
     after_tool = bool(messages) and isinstance(messages[-1], dict) and messages[-1].get("role") == "tool"

@@ -26,15 +26,19 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
             "completion_tokens": completion_tokens, "prompt_tokens_details": None}
 
 
-def _groups(tokens: list[OutputToken]) -> list[tuple[str, int, str]]:
-    """Consecutive tokens of one channel (and call) joined: (channel, call, text)."""
-    groups: list[tuple[str, int, str]] = []
-    for tok in tokens:
+def _groups(tokens: list[OutputToken], start: int, end: int) -> list[tuple[str, int, str, bool]]:
+    """Consecutive tokens of ``start:end`` of one channel (and call) joined:
+    (channel, call, text, whether its first token is the first of its call)."""
+    groups: list[tuple[str, int, str, bool]] = []
+    for position in range(start, end):
+        tok = tokens[position]
         if groups and groups[-1][0] == tok.channel and groups[-1][1] == tok.call and tok.channel != "tool_name":
-            channel, call, text = groups[-1]
-            groups[-1] = (channel, call, text + tok.text)
+            channel, call, text, first = groups[-1]
+            groups[-1] = (channel, call, text + tok.text, first)
         else:
-            groups.append((tok.channel, tok.call, tok.text))
+            before = tokens[position - 1] if position else None
+            first = before is None or before.call != tok.call or before.channel not in ("tool_name", "tool_args")
+            groups.append((tok.channel, tok.call, tok.text, first))
     return groups
 
 
@@ -42,16 +46,19 @@ def chat_deltas(gen: Generated, start: int, end: int, include_reasoning: bool = 
     """The stream deltas for output tokens ``start:end`` of one choice; ``include_reasoning``
     false (the request's) leaves the reasoning out, as vLLM does."""
     deltas = []
-    for channel, call, text in _groups(gen.tokens[start:end]):
+    for channel, call, text, first in _groups(gen.tokens, start, end):
         if channel == "reasoning":
             if include_reasoning:
                 deltas.append({"reasoning": text})
         elif channel == "content":
             deltas.append({"content": text})
-        elif channel == "tool_name":
+        elif channel == "tool_name" or first:
+            # a call opens with its name: a token of its own when the model writes it, or, for
+            # a named function (whose name the server adds), beside the first of its arguments
             c = gen.calls[call]
+            arguments = "" if channel == "tool_name" else text
             deltas.append({"tool_calls": [{"index": call, "id": c.id, "type": "function",
-                                           "function": {"name": c.name, "arguments": ""}}]})
+                                           "function": {"name": c.name, "arguments": arguments}}]})
         else:
             deltas.append({"tool_calls": [{"index": call, "function": {"arguments": text}}]})
     return deltas

@@ -5,7 +5,8 @@ six fields is the constraint (``json``, ``regex``, ``choice``, ``grammar``,
 ``json_object``, ``structural_tag``); the others, such as
 ``disable_any_whitespace``, only tune it. ``response_format`` json_object,
 json_schema and structural_tag set one of the six. Servers older than 0.12
-also honour the ``guided_*`` fields; newer ones ignore them.
+also honour the ``guided_*`` fields; newer ones ignore them. A ``tool_choice``
+that names a function constrains the output to that function's parameters.
 
 The estimate sizes a constrained answer as schema-bound and measurement counts
 its content as schema-bound. Both read the constraint here, so that prediction
@@ -37,6 +38,17 @@ def structured_constraint(structured: dict[str, Any]) -> tuple[str, Any] | None:
             continue
         return kind, value
     return None
+
+
+def named_function(tool_choice: Any) -> str | None:
+    """The function a chat ``tool_choice`` names (``{"type": "function", "function": {"name": ...}}``).
+
+    vLLM's grammar for it is that function's parameters: the model writes the
+    arguments alone, and the server adds the name to the call it returns.
+    """
+    fn = tool_choice.get("function") if isinstance(tool_choice, dict) else None
+    name = fn.get("name") if isinstance(fn, dict) else None
+    return name if isinstance(name, str) else None
 
 
 def legacy_guided_fields(body: dict[str, Any]) -> list[str]:

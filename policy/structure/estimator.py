@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from policy.structure.constraints import LEGACY_GUIDED, legacy_guided_fields, structured_constraint
+from policy.structure.constraints import LEGACY_GUIDED, legacy_guided_fields, named_function, structured_constraint
 from policy.structure.estimates import ClassTokens, StructureEstimate, outputs_of
 from policy.structure.length import bounded
 from policy.structure.priors import DEFAULT_PRIORS, StructurePriors
@@ -262,9 +262,8 @@ def _read_tools(body: dict[str, Any], draft: _Draft) -> None:
         draft.note("tool_choice=none: tools are offered but not callable, prose")
         return
     if isinstance(choice, dict):
-        fn = choice.get("function")
-        name = fn.get("name") if isinstance(fn, dict) else None
-        if isinstance(name, str) and name in arguments:
+        name = named_function(choice)
+        if name is not None and name in arguments:
             draft.constrained = True
             draft.p_call = 1.0
             # vLLM's grammar is the function's parameters: the name is the server's to add

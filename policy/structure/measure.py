@@ -1,6 +1,7 @@
 """Measure the S/R/F split a response actually had.
 
-Tool-call names and arguments are S; content under a JSON response format or
+Tool-call names and arguments are S (but the name of a call to the function
+``tool_choice`` names, which the server adds); content under a JSON response format or
 structured output is S; ``reasoning`` (older servers: ``reasoning_content``)
 is R; other content is F. ``usage.completion_tokens`` is split in proportion
 to characters unless a token counter is plugged in: none is required. Where
@@ -13,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from policy.structure.constraints import output_is_structured
+from policy.structure.constraints import named_function, output_is_structured
 from policy.structure.estimates import ClassTokens
 from policy.structure.priors import DEFAULT_PRIORS
 
@@ -49,7 +50,8 @@ class ObservedStructure:
 class TextParts:
     """The text of one response by class, accumulated from a body or stream deltas."""
 
-    schema: list[str] = field(default_factory=list)
+    schema: list[str] = field(default_factory=list)  # tool-call arguments
+    names: list[str] = field(default_factory=list)  # tool-call names
     reasoning: list[str] = field(default_factory=list)
     content: list[str] = field(default_factory=list)
     tool_call_ids: set[Any] = field(default_factory=set)
@@ -82,9 +84,10 @@ class TextParts:
                                         key if isinstance(key, (int, str)) else i))
                 fn = call.get("function")
                 if isinstance(fn, dict):
-                    for key in ("name", "arguments"):
-                        if isinstance(fn.get(key), str):
-                            self.schema.append(fn[key])
+                    if isinstance(fn.get("name"), str):
+                        self.names.append(fn["name"])
+                    if isinstance(fn.get("arguments"), str):
+                        self.schema.append(fn["arguments"])
 
     def add_choice(self, choice: Any) -> None:
         if not isinstance(choice, dict):
@@ -127,7 +130,9 @@ def measure_parts(body: Any, parts: TextParts, counter: TokenCounter | None = No
     """
     structured = output_is_structured(body, legacy_guided_honoured)
     content = "".join(parts.content)
-    schema_text = "".join(parts.schema) + (content if structured else "")
+    named = isinstance(body, dict) and named_function(body.get("tool_choice")) is not None
+    written_names = "" if named else "".join(parts.names)  # a named function's name is the server's
+    schema_text = written_names + "".join(parts.schema) + (content if structured else "")
     prose_text = "" if structured else content
     reasoning_text = "".join(parts.reasoning)
     chars = ClassTokens(float(len(schema_text)), float(len(reasoning_text)), float(len(prose_text)))
