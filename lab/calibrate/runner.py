@@ -128,7 +128,7 @@ async def run_one(client: httpx.AsyncClient, url: str, body: dict[str, Any], rec
     record.completion_tokens = int(observed.total_tokens)
     record.w = {"s": observed.w_s, "r": observed.w_r, "f": observed.w_f}
     text = "\x1e".join(["".join(parts.reasoning), "".join(parts.content), "".join(parts.names),
-                        "".join(parts.schema)])
+                        "".join(parts.arguments)])
     record.digest = hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
     return record
 

@@ -19,7 +19,7 @@ from typing import Any
 from lab.emulator.profile import EngineProfile
 from lab.emulator.regexgen import sample_regex
 from lab.emulator.tokens import tokenize
-from policy.structure.constraints import structured_constraint
+from policy.structure.constraints import named_function, structured_constraint
 
 _WORDS = (
     "the of and to in is that it for on with as was at by this from are be or have an not which "
@@ -85,7 +85,7 @@ def generate(body: dict[str, Any], profile: EngineProfile, rng: random.Random, e
     chosen = _choose_calls(body, tools, messages, profile, rng)
     if chosen:
         # a named function's grammar is its parameters: the model writes the arguments, the server the name
-        named = isinstance(body.get("tool_choice"), dict)
+        named = named_function(body.get("tool_choice")) is not None
         for i, tool in enumerate(chosen):
             fn = tool["function"]
             args = json.dumps(_instance(fn.get("parameters") or {"type": "object"}, rng, context_words, fn.get("parameters")))

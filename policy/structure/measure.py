@@ -50,8 +50,8 @@ class ObservedStructure:
 class TextParts:
     """The text of one response by class, accumulated from a body or stream deltas."""
 
-    schema: list[str] = field(default_factory=list)  # tool-call arguments
-    names: list[str] = field(default_factory=list)  # tool-call names
+    arguments: list[str] = field(default_factory=list)  # of tool calls
+    names: list[str] = field(default_factory=list)  # of tool calls
     reasoning: list[str] = field(default_factory=list)
     content: list[str] = field(default_factory=list)
     tool_call_ids: set[Any] = field(default_factory=set)
@@ -87,7 +87,7 @@ class TextParts:
                     if isinstance(fn.get("name"), str):
                         self.names.append(fn["name"])
                     if isinstance(fn.get("arguments"), str):
-                        self.schema.append(fn["arguments"])
+                        self.arguments.append(fn["arguments"])
 
     def add_choice(self, choice: Any) -> None:
         if not isinstance(choice, dict):
@@ -132,7 +132,7 @@ def measure_parts(body: Any, parts: TextParts, counter: TokenCounter | None = No
     content = "".join(parts.content)
     named = isinstance(body, dict) and named_function(body.get("tool_choice")) is not None
     written_names = "" if named else "".join(parts.names)  # a named function's name is the server's
-    schema_text = written_names + "".join(parts.schema) + (content if structured else "")
+    schema_text = written_names + "".join(parts.arguments) + (content if structured else "")
     prose_text = "" if structured else content
     reasoning_text = "".join(parts.reasoning)
     chars = ClassTokens(float(len(schema_text)), float(len(reasoning_text)), float(len(prose_text)))
