@@ -184,8 +184,8 @@ def test_a_responses_request_reads_as_the_chat_request_it_amounts_to() -> None:
     hidden = chat_view({**body, "include_reasoning": False, "cache_salt": "tenant-a"})
     assert estimate(hidden).reasoning_hidden and hidden["cache_salt"] == "tenant-a"
     # and what groups a client's requests, which the affinity table keys on
-    grouped = chat_view({**body, "prompt_cache_key": "conv-7", "safety_identifier": "u-1"})
-    assert grouped["prompt_cache_key"] == "conv-7" and grouped["safety_identifier"] == "u-1"
+    grouped = chat_view({**body, "prompt_cache_key": "conv-7", "session_id": "s-3", "safety_identifier": "u-1"})
+    assert (grouped["prompt_cache_key"], grouped["session_id"], grouped["safety_identifier"]) == ("conv-7", "s-3", "u-1")
 
 
 def test_logprobs_are_requested_as_vllm_reads_a_responses_request() -> None:

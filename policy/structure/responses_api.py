@@ -18,7 +18,7 @@ from typing import Any
 _SHARED = ("model", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "frequency_penalty",
            "presence_penalty", "seed", "stream", "parallel_tool_calls", "structured_outputs",
            "chat_template_kwargs", "user", "store", "include_reasoning", "cache_salt", "prompt_cache_key",
-           "safety_identifier")
+           "session_id", "safety_identifier")
 _LOGPROBS = "message.output_text.logprobs"  # in ``include``, as vLLM reads it: logprobs come only then
 _MAX_ITEMS = 4096
 _ENDED = ("response.completed", "response.incomplete")  # a tuple: a client may send an unhashable "type"
