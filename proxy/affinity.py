@@ -17,8 +17,9 @@ from typing import Any
 
 # What clients send to say which requests share a prompt, most specific first:
 # OpenAI's prompt_cache_key (agent clients such as Codex set it per conversation),
-# a session_id extension, then the end user (user, and safety_identifier, OpenAI's
-# newer name for it).
+# session_id (vLLM's Responses requests carry one: "stable across the requests of one
+# conversation or agent session"), then the end user (user, and safety_identifier,
+# OpenAI's newer name for it).
 _SESSION_FIELDS = ("prompt_cache_key", "session_id", "user", "safety_identifier")
 
 
