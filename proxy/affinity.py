@@ -52,13 +52,13 @@ class Conversation:
     def of(cls, body: Any) -> Conversation:
         if not isinstance(body, dict):
             return cls((), None)
-        model, salt = str(body.get("model")), body.get("cache_salt")
+        model, salt = body.get("model"), body.get("cache_salt")
         # vLLM salts the prefix cache with cache_salt: prompts alike under two salts share no block
-        cache = (model, salt if type(salt) is str else None)
+        cache = (model if type(model) is str else None, salt if type(salt) is str else None)
         return cls(_chain(body, cache), _session(body, cache))
 
 
-def _chain(body: dict[str, Any], cache: tuple[str, str | None]) -> tuple[tuple[int, int], ...]:
+def _chain(body: dict[str, Any], cache: tuple[str | None, str | None]) -> tuple[tuple[int, int], ...]:
     """(hash, characters so far) after each message, rooted in the model, the cache
     salt and the tool names.
 
@@ -114,7 +114,7 @@ def _text(value: Any) -> str:
         return f"<deep value {id(value)}>"
 
 
-def _session(body: dict[str, Any], cache: tuple[str, str | None]) -> int | None:
+def _session(body: dict[str, Any], cache: tuple[str | None, str | None]) -> int | None:
     """The client's grouping, under the model and salt it caches for, as a hash: a
     megabyte ``user`` must not be kept 100,000 times."""
     for key in _SESSION_FIELDS:

@@ -120,7 +120,8 @@ def test_odd_and_deep_messages_never_fail() -> None:
     for _ in range(5000):
         deep = [deep]
     for body in (chat("just text", 3, None, ASK), chat({"role": "user", "content": deep}, ASK), {"messages": "no"},
-                 [1, 2], chat({"role": "user", "content": {"nested": {"deeper": [True, 1, 1.5, None]}}}, ASK)):
+                 [1, 2], chat({"role": "user", "content": {"nested": {"deeper": [True, 1, 1.5, None]}}}, ASK),
+                 chat(ASK, model=deep, user=deep, cache_salt=deep)):
         conversation = Conversation.of(body)
         assert isinstance(conversation.chain, tuple)
 
