@@ -235,7 +235,7 @@ class UpstreamResponse:
         item = conn.chunks.popleft()
         if type(item) is bytes and conn.chunks and type(conn.chunks[0]) is bytes:
             parts = [item]
-            while conn.chunks and type(conn.chunks[0]) is bytes:  # at most _PAUSE_AT: reading pauses there
+            while conn.chunks and type(conn.chunks[0]) is bytes:  # a few: reading pauses past _PAUSE_AT
                 parts.append(conn.chunks.popleft())  # type: ignore[arg-type]
             item = b"".join(parts)
         if conn.paused and len(conn.chunks) < _PAUSE_AT // 2 and conn.transport is not None:
