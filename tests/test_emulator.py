@@ -480,6 +480,12 @@ def test_the_prefix_cache_is_shared_under_one_cache_salt_only(pools) -> None:
     for refused in ("", 7):
         r = httpx.post(url, json={**body, "cache_salt": refused})
         assert r.status_code == 400 and r.json()["error"]["param"] == "cache_salt"
+    # vLLM's Responses model takes it too, and bounds it at 1,024 characters
+    ask = {"input": "hi", "max_output_tokens": 1}
+    for salt, status in (("x" * 1024, 200), ("x" * 1025, 400), ("", 400), (7, 400)):
+        r = httpx.post(f"{on.url}/v1/responses", json={**ask, "cache_salt": salt}, timeout=60)
+        assert r.status_code == status, (len(str(salt)), r.text)
+        assert status == 200 or r.json()["error"]["param"] == "cache_salt"
 
 
 def test_models_and_health_say_emulated(pools) -> None:

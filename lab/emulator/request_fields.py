@@ -116,10 +116,13 @@ def check_structured_outputs(body: dict[str, Any]) -> None:
         raise BadRequest("structured_outputs.json must be a schema object or its text", param="structured_outputs")
 
 
-def check_cache_salt(body: dict[str, Any]) -> None:
+def check_cache_salt(body: dict[str, Any], max_chars: int | None = None) -> None:
+    """``max_chars``: vLLM's Responses model bounds the salt (1,024 characters); chat's does not."""
     salt = body.get("cache_salt")
     if salt is not None and (not isinstance(salt, str) or not salt):
         raise BadRequest("Parameter 'cache_salt' must be a non-empty string if provided.", param="cache_salt")
+    if salt is not None and max_chars is not None and len(salt) > max_chars:
+        raise BadRequest(f"cache_salt should have at most {max_chars} characters", param="cache_salt")
 
 
 def check_thinking_budget(body: dict[str, Any]) -> None:

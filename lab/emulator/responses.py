@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from lab.emulator import wire
-from lab.emulator.request_fields import BadRequest, check_sampling, typed
+from lab.emulator.request_fields import BadRequest, check_cache_salt, check_sampling, typed
 from lab.emulator.response_events import LiveItems, Numbered, opened, replayed
 from policy.structure.responses_api import chat_view
 from policy.vllm_fields import as_bool
@@ -120,6 +120,7 @@ class Responses:
             if not isinstance(body.get("input"), (str, list)):
                 raise BadRequest("input must be a string or a list of items", param="input")
             check_sampling(body, ("max_output_tokens",))
+            check_cache_salt(body, max_chars=1024)
             top = body.get("top_logprobs")
             if top is not None and not 0 <= top <= 20:
                 raise BadRequest("top_logprobs must be an integer from 0 to 20", param="top_logprobs")
