@@ -14,6 +14,6 @@ def test_the_burst_benchmark_counts_every_stream_on_both_paths() -> None:
     assert sorted(rows) == ["direct", "proxy"]
     for path, row in rows.items():
         last, p50, events, reads = float(row[2]), float(row[3]), int(row[4]), int(row[5])
-        assert 0 < p50 <= last and events >= 40 * 3 and 40 <= reads <= events, row  # a head, a chunk, [DONE]
+        assert 0 < p50 <= last and events >= 40 * 3 and reads >= 40, row  # each: a chunk or more, and [DONE]
         assert row[-1] == "0", row  # no stream failed
     assert float(rows["proxy"][7]) > 0  # the proxy's CPU per event was measured
