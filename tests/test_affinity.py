@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.affinity import AffinityTable, Conversation
+from tests.memory import bytes_kept
 
 SYSTEM = {"role": "system", "content": "You are a careful agent."}
 ASK = {"role": "user", "content": "Find order 1234."}
@@ -87,17 +88,13 @@ def test_the_most_specific_grouping_wins_and_holds_for_one_model_and_salt_only()
 
 def test_a_client_key_of_any_size_is_kept_as_a_hash() -> None:
     """100,000 entries of a megabyte each would be 100 GB: the table keeps none of the text."""
-    import tracemalloc
-
     table = AffinityTable(capacity=1000)
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
+
+    def answer_200_users() -> None:
         for i in range(200):
             answered(table, chat(ASK, user=f"{i}" + "u" * 1_000_000))
-        kept = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+
+    kept = bytes_kept(answer_200_users)
     assert len(table) == 201  # the one prefix they share, and 200 sessions
     assert kept < 2_000_000, kept
 

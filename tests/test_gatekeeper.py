@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from policy.structure import ClassTokens, ObservedStructure
 from proxy.gatekeeper import Gatekeeper
+from tests.memory import bytes_kept
 from tests.proxy_harness import proxy_settings
 from tests.test_structure import json_values, request_keys
 
@@ -74,18 +75,9 @@ def test_an_answer_is_learned_on_the_terms_the_estimate_used() -> None:
 def test_model_names_clients_send_are_kept_nowhere_by_the_gate() -> None:
     """A configured model gets its policy and any other the default; planning for
     thousands of invented names, as /draftgate/explain will, keeps none of them."""
-    import tracemalloc
-
     gk = Gatekeeper(proxy_settings("http://127.0.0.1:1", "http://127.0.0.1:2",
                                    models={"pinned": {"mode": "always_off"}}, default_policy={"margin": 0.05}))
     assert gk.gate_policy("pinned").mode == "always_off"
     assert gk.gate_policy("other").mode == "auto" and gk.gate_policy(None).margin == 0.05
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        for i in range(300):
-            gk.gate_policy(f"{i}" + "m" * 100_000)
-        kept = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+    kept = bytes_kept(lambda: [gk.gate_policy(f"{i}" + "m" * 100_000) for i in range(300)])
     assert kept < 1_000_000, kept
