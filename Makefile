@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(BIN)/python -m lab.bench_large_answer
 	$(BIN)/python -m lab.bench_conversation
 	$(BIN)/python -m lab.bench_burst
+	$(BIN)/python -m lab.bench_gc
 
 # Agent traffic through the proxy for five minutes while replicas fail and die: nothing may be lost.
 soak: $(STAMP)

@@ -127,7 +127,10 @@ def _session(body: dict[str, Any], cache: tuple[str | None, str | None]) -> int 
 class AffinityTable:
     def __init__(self, capacity: int = 100_000) -> None:
         self.capacity = capacity
-        self._entries: OrderedDict[int, Placement] = OrderedDict()
+        # Placements are kept as plain tuples of strings and a number: the cycle collector
+        # stops tracking such a tuple, and a full table of dataclasses would add 100,000
+        # objects to every full collection's pause (lab.bench_gc).
+        self._entries: OrderedDict[int, tuple[str, str, float]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -137,27 +140,28 @@ class AffinityTable:
         total = chain[-1][1] if chain else 0
         # the last message is the new turn: only what precedes it can be cached
         for h, chars in reversed(chain[:-1]):
-            placement = self._entries.get(h)
-            if placement is not None:
+            entry = self._entries.get(h)
+            if entry is not None:
                 self._entries.move_to_end(h)
+                placement = Placement(*entry)
                 cached = min(placement.prompt_tokens, prompt_tokens * chars / total) if total else 0.0
                 return Match(placement, cached, "prefix")
         session = conversation.session
         if session is not None and session in self._entries:
-            placement = self._entries[session]
+            placement = Placement(*self._entries[session])
             self._entries.move_to_end(session)
             return Match(placement, min(placement.prompt_tokens, prompt_tokens) * 0.5, "session")
         return None
 
     def record(self, conversation: Conversation, pool: str, replica: str, prompt_tokens: float) -> None:
-        placement = Placement(pool, replica, prompt_tokens)
+        entry = (pool, replica, float(prompt_tokens))
         if conversation.chain:
-            self._put(conversation.chain[-1][0], placement)
+            self._put(conversation.chain[-1][0], entry)
         if conversation.session is not None:
-            self._put(conversation.session, placement)
+            self._put(conversation.session, entry)
 
-    def _put(self, key: int, placement: Placement) -> None:
-        self._entries[key] = placement
+    def _put(self, key: int, entry: tuple[str, str, float]) -> None:
+        self._entries[key] = entry
         self._entries.move_to_end(key)
         while len(self._entries) > self.capacity:
             self._entries.popitem(last=False)

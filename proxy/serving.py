@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -47,3 +48,17 @@ class SignalAwareServer(uvicorn.Server):
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.on_signal()
         super().handle_exit(sig, frame)
+
+
+def settle_startup_heap() -> None:
+    """Take everything built before serving out of the cycle collector's sight.
+
+    A full collection walks every object the collector tracks, with the event
+    loop stopped, and the modules, routes and models imported at startup are some
+    60,000 of them: 20-35 ms on the reference machine, about once a minute under
+    load, for objects that live as long as the process (``lab.bench_gc``). Frozen,
+    they are never walked again; reference counting still frees them. vLLM's
+    server does the same once it has started.
+    """
+    gc.collect()
+    gc.freeze()

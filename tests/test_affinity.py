@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import gc
 import json
 from typing import Any
 
@@ -148,3 +149,18 @@ def test_the_benchmark_times_the_chain_against_its_baseline_on_the_same_bodies()
     assert len(body["messages"]) == 10 and any("tool_calls" in m for m in body["messages"])
     assert len(repr_chain(body)) == len(Conversation.of(body).chain) == 10
     assert all(t > 0 for t in paired_medians_us(raw, [repr_chain, Conversation.of], rounds=3))
+
+
+def test_a_full_table_gives_the_cycle_collector_nothing_to_walk() -> None:
+    """A full collection stops the event loop for as long as it walks what it tracks;
+    remembered conversations are stored so that it stops tracking them."""
+    table = AffinityTable(capacity=20_000)
+    gc.collect()
+    before = len(gc.get_objects())
+    for i in range(20_000):
+        table.record(Conversation(((i, 100),), None), "spec-on", "http://spec-on", 1000.0 + i)
+    gc.collect()
+    assert len(table) == 20_000
+    assert len(gc.get_objects()) - before < 1_000
+    match = table.lookup(Conversation(((7, 100), (99_999, 200)), None), 2000.0)
+    assert match is not None and match.placement.prompt_tokens == 1007.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import signal
 import socket
@@ -56,6 +57,24 @@ def test_check_validates_a_configuration_without_serving(tmp_path: Path) -> None
                          timeout=60)
     assert bad.returncode == 2 and "calibration_file" in bad.stderr and bad.stdout == ""
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_serve_freezes_what_it_built_before_it_serves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The heap built at startup is out of the cycle collector's walks before the first
+    request comes (proxy.serving.settle_startup_heap): a full collection stops the loop."""
+    from proxy.cli.main import main
+    from proxy.serving import SignalAwareServer
+
+    frozen_when_serving: list[int] = []
+    monkeypatch.setattr(SignalAwareServer, "run", lambda self, sockets=None: frozen_when_serving.append(
+        gc.get_freeze_count()))
+    monkeypatch.setattr("proxy.logs.configure", lambda level: None)  # the test process keeps its logging
+    gc.unfreeze()
+    try:
+        main(["serve", "--spec-on", "http://127.0.0.1:9", "--spec-off", "http://127.0.0.1:10", "--port", "0"])
+    finally:
+        gc.unfreeze()
+    assert len(frozen_when_serving) == 1 and frozen_when_serving[0] > 10_000
 
 
 @pytest.mark.parametrize(("url", "needle"), [

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from proxy.app import create_app
     from proxy.config import ConfigError, load_settings
     from proxy.open_files import raise_open_files_limit
-    from proxy.serving import SignalAwareServer, uvicorn_options
+    from proxy.serving import SignalAwareServer, settle_startup_heap, uvicorn_options
 
     if not args.config and not (args.spec_on or args.spec_off):
         raise CliError("give --config FILE, or --spec-on URL and --spec-off URL")
@@ -81,5 +81,6 @@ def run(args: argparse.Namespace) -> int:
                             log_config=None,  # logs.configure formats uvicorn's lines
                             **uvicorn_options(settings))
     server = SignalAwareServer(config, on_signal=lambda: app.state.proxy.shutdown.begin(grace))
+    settle_startup_heap()
     server.run()
     return 0 if server.started else 3  # as uvicorn.run exits when it could not start (a port in use)
