@@ -16,6 +16,7 @@ the oracle, and seed 3 stays there with delta+d read 0.02 low or 0.03 high.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,9 @@ def test_demo_replay_relations(seed: int, tmp_path: Path) -> None:
     assert cost["gated"] <= best_fixed * (1 + 1e-9), cost
     assert cost["gated"] <= cost["oracle"] * 1.05, cost
     assert "gated" in outcome.table and "oracle" in outcome.table and "burst" in outcome.table
+    # the verdict in words, so that no one reads a saving as a loss
+    assert re.search(r"(\d\.\d% less than|the same as) the best fixed strategy \(", outcome.table), outcome.table
+    assert re.search(r"(\d\.\d% more than|the same as) the oracle\.", outcome.table), outcome.table
     assert outcome.figure is not None and outcome.figure.read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "calibration.yaml").exists()
     assert children() <= before  # every server the demo started is gone

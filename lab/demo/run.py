@@ -172,10 +172,10 @@ def summarise(results: dict[str, list[Result]], cal_path: Path) -> Outcome:
     seq = lambda rs: [rs[i] for i in sequential]  # noqa: E731
     totals = {s: per_token(seq(results[s])) for s in strategies}
     totals["oracle"] = per_token(seq(on), [oracle[i] for i in sequential])
-    best = min(totals[s] for s in strategies if s != "gated")
+    best = min((s for s in strategies if s != "gated"), key=lambda s: totals[s])
     table += (f"\n\nOne request at a time: gated {totals['gated'] * 1000:.2f} ms/token, "
-              f"{1 - totals['gated'] / best:+.1%} against the best fixed strategy, "
-              f"{totals['gated'] / totals['oracle'] - 1:+.1%} above the oracle.")
+              f"{_relative(totals['gated'], totals[best])} the best fixed strategy ({best}), "
+              f"{_relative(totals['gated'], totals['oracle'])} the oracle.")
     if burst:
         p99 = {s: sorted(r.latency for r in (results[s][i] for i in burst))[-1] for s in strategies}
         verdict = ("it shortened the slowest request" if p99["gated"] < p99["always on"]
@@ -185,6 +185,12 @@ def summarise(results: dict[str, list[Result]], cal_path: Path) -> Outcome:
                   + f". The gate sheds marginal traffic from the full speculation pool to the plain one, which "
                   f"costs GPU-seconds there; {verdict}.")
     return Outcome(results, totals, table, calibration=cal_path)
+
+
+def _relative(cost: float, other: float) -> str:
+    """``cost`` against ``other`` in words a reader cannot take the wrong way round."""
+    change = cost / other - 1
+    return f"{abs(change):.1%} {'more than' if change > 0 else 'less than'}" if abs(change) >= 0.0005 else "the same as"
 
 
 def plot(results: dict[str, list[Result]], cal_path: Path, path: Path) -> Path | None:
