@@ -11,6 +11,7 @@ from typing import Any
 from prometheus_client import (
     CollectorRegistry,
     Counter,
+    GCCollector,
     Gauge,
     Histogram,
     PlatformCollector,
@@ -68,9 +69,11 @@ class ProxyMetrics:
         self._models: set[str] = set()
         r = self.registry = CollectorRegistry()
         # what every Prometheus client exports by default: memory, CPU, descriptors against
-        # their limit (proxy/open_files.py), start time, and the Python version
+        # their limit (proxy/open_files.py), start time, the Python version, and the cycle
+        # collector's runs by generation (a full one stops the event loop: proxy/serving.py)
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
+        GCCollector(registry=r)
         self.requests = Counter("draftgate_requests", "Requests answered, by model, route and HTTP status.",
                                 ["model", "route", "status"], registry=r)
         self.decisions = Counter("draftgate_decisions", "Gate decisions, by route and deciding reason.",

@@ -147,6 +147,9 @@ def test_serve_process_quick_start_and_sighup_reload(tmp_path: Path) -> None:
                 assert sock.recv(4096) == b"" and time.monotonic() - started < 3  # closed once idle 0.5 s
         with ServerProcess(["serve", "--spec-on", on.url, "--spec-off", off.url]) as proxy:
             assert httpx.post(f"{proxy.url}/v1/chat/completions", json=body).status_code == 200
+            # the collector's runs are exported; the full one that settled the startup heap among them
+            scrape = httpx.get(f"{proxy.url}/metrics").text
+            assert metric_value(scrape, "python_gc_collections_total", generation="2") >= 1
 
 
 def test_serve_takes_the_hard_open_files_limit_so_connections_do_not_starve_accept() -> None:
