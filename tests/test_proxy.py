@@ -18,7 +18,8 @@ from starlette.routing import Route
 
 from lab.servers import ServerThread
 from proxy.app import create_app
-from tests.proxy_harness import Stack, metric_value, proxy_server, proxy_settings, stack, wait_until
+from tests.proxy_harness import (Stack, metric_value, no_collector_pauses, proxy_server, proxy_settings, stack,
+                                 wait_until)
 
 MODEL = "Qwen/Qwen3-32B"
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -137,7 +138,8 @@ def test_fields_vllm_reads_laxly_are_relayed_as_vllm_answers_them(s: Stack) -> N
     stream, event by event, and measures it as one; and stream_options {} asks for usage there."""
     streamed_before = s.metric("draftgate_decode_seconds_per_token_count")
     body = {"model": MODEL, "messages": USER, "temperature": 0, "max_tokens": "200", "stream": "true"}
-    with httpx.stream("POST", f"{s.proxy.url}/v1/chat/completions", json=body, timeout=60) as r:
+    with no_collector_pauses(), httpx.stream("POST", f"{s.proxy.url}/v1/chat/completions", json=body,
+                                             timeout=60) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         pieces = list(r.iter_raw())
     text = b"".join(pieces).decode()
