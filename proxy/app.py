@@ -44,7 +44,7 @@ from proxy.gatekeeper import Gatekeeper, Plan, explained_as
 from proxy.hot_routes import HotRoutes
 from proxy.monitor import Monitor
 from proxy.observe import Observation, parse_json
-from proxy.passthrough import PassThrough
+from proxy.passthrough import PassThrough, has_dot_segment
 from proxy.recorder import Recorder
 from proxy.relay import relay_events
 from proxy.request_body import BadRequest, read_body, read_json, validate
@@ -274,6 +274,8 @@ class Proxy:
     async def passthrough(self, request: Request) -> Response:
         """Other /v1/* requests, and vLLM's own routes outside /v1, go to a plain pool
         that serves the model they name, with the same failover."""
+        if has_dot_segment(request.scope["path"]):
+            return openai_error(404, "Not Found: a path with '.' or '..' segments names no route")
         try:
             self._authorize(request)
             raw = await read_body(request, *self._body_limits())

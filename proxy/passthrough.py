@@ -46,6 +46,17 @@ from proxy.upstream import UpstreamAborted, UpstreamClient, UpstreamError
 log = logging.getLogger("draftgate.proxy")
 
 
+def has_dot_segment(path: str) -> bool:
+    """Whether ``path`` (percent-decoded, as the ASGI scope has it) has a "." or ".." segment.
+
+    vLLM answers 404 to such a path, as it does not resolve one, and the proxy
+    answers it so without sending it on: a hop in between that did resolve it
+    (nginx does) would lead it out of /v1, past the routes the proxy passes on,
+    to ``/invocations`` (the gate's back door) or an admin route.
+    """
+    return "/." in path and any(segment in (".", "..") for segment in path.split("/"))
+
+
 class PassThrough:
     """Sends a request on unchanged and relays its answer chunk by chunk."""
 

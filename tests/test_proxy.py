@@ -18,6 +18,7 @@ from starlette.routing import Route
 
 from lab.servers import ServerThread
 from proxy.app import create_app
+from proxy.passthrough import has_dot_segment
 from tests.proxy_harness import (Stack, metric_value, no_collector_pauses, proxy_server, proxy_settings, stack,
                                  wait_until)
 
@@ -356,6 +357,22 @@ def test_oversized_body_is_413_on_every_route_it_buffers() -> None:
             assert not any("x" * 1000 in seen["body"] for seen in httpx.get(f"{pool.url}/debug/requests").json())
         small = httpx.post(f"{st.proxy.url}/tokenize", json={"model": MODEL, "prompt": "under the limit"})
         assert small.status_code == 200, "the limit must not refuse what fits"
+
+
+def test_a_path_with_dot_segments_is_answered_by_the_proxy_and_never_sent_on(s: Stack) -> None:
+    """vLLM does not resolve "..", so it answers 404; a hop that did would lead the path out
+    of /v1 to routes the proxy does not pass on, /invocations (which skips the gate) among them."""
+    for path in ("/v1/../invocations", "/v1/%2e%2e/invocations", "/v1/./chat/completions", "/v1/models/.."):
+        # sent as written: httpx would resolve the segments itself
+        with httpx.Client() as client:
+            request = client.build_request("POST", f"{s.proxy.url}/", json={"model": MODEL, "messages": USER},
+                                           extensions={"target": path.encode()})
+            r = client.send(request)
+        assert r.status_code == 404 and "segments names no route" in r.json()["error"]["message"], path
+        assert "x-draftgate-route" not in r.headers, path  # no pool saw it
+    assert httpx.get(f"{s.proxy.url}/v1/models").status_code == 200
+    # dots inside a segment are a name's, not a step up or aside
+    assert not any(map(has_dot_segment, ("/v1/files/.env", "/v1/responses/resp_1..2", "/v1/a./b", "/v1/...")))
 
 
 def test_backend_4xx_passes_through_unchanged(s: Stack) -> None:
