@@ -25,6 +25,7 @@ from policy.structure.measure import ObservedStructure
 from proxy.affinity import Conversation
 from proxy.app import create_app
 from proxy.config import ProxySettings
+from proxy.serving import settle_startup_heap
 
 POOLS: list[dict[str, Any]] = [
     {"name": "spec-on", "urls": ["http://127.0.0.1:9"],
@@ -68,8 +69,7 @@ def main() -> None:
         gc.unfreeze()
         app = create_app(settings)
         if frozen:
-            gc.collect()
-            gc.freeze()  # what settle_startup_heap does, here where it can be undone
+            settle_startup_heap()  # undone by the unfreeze above, or at the end
         empty = pause_ms(args.rounds)
         fill_tables(app, int(frozen))
         full = pause_ms(args.rounds)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from lab.emulator.app import EmulatorConfig, create_app
 from lab.emulator.engine import SpecConfig
 from lab.emulator.profile import EngineProfile
 from lab.servers import ServerThread
+from proxy.serving import settle_startup_heap
 
 # CI explores the same examples every run, so a landing never hinges on a lucky draw;
 # local runs keep exploring new ones.
@@ -36,8 +36,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     collection walking them stopped all of it for up to 0.2 s, in the middle of
     tests that time a stream's events or a disconnect.
     """
-    gc.collect()
-    gc.freeze()
+    settle_startup_heap()
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -47,8 +46,7 @@ def _freeze_between_modules() -> None:
     walked again. Over six of the server-heavy modules the longest full collection
     went from 149 to 91 ms and their total from 1.3 to 0.8 s; peak memory stayed at
     219 MB."""
-    gc.collect()
-    gc.freeze()
+    settle_startup_heap()
 
 
 def emulator(seed: int, speculative: bool, *, k: int = 8, time_scale: float = FAST, profile_seed: int | None = None,
