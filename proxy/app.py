@@ -274,10 +274,11 @@ class Proxy:
     async def passthrough(self, request: Request) -> Response:
         """Other /v1/* requests, and vLLM's own routes outside /v1, go to a plain pool
         that serves the model they name, with the same failover."""
-        if has_dot_segment(request.scope["path"]):
-            return openai_error(404, "Not Found: a path with '.' or '..' segments names no route")
         try:
+            # the key first: a client without one learns nothing of which paths exist
             self._authorize(request)
+            if has_dot_segment(request.scope["path"]):
+                raise BadRequest(404, "Not Found: a path with '.' or '..' segments names no route")
             raw = await read_body(request, *self._body_limits())
         except BadRequest as exc:
             return exc.response()

@@ -284,6 +284,12 @@ def test_api_keys_and_upstream_key() -> None:
             assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key", path
         models = httpx.get(f"{st.proxy.url}/v1/models", headers={"authorization": "Bearer client-key"})
         assert models.status_code == 200 and [m["id"] for m in models.json()["data"]] == [MODEL]
+        # a path that names no route is refused for want of a key before it is found wanting
+        with httpx.Client() as client:
+            for headers, status in (({}, 401), ({"authorization": "Bearer client-key"}, 404)):
+                dotted = client.build_request("POST", f"{st.proxy.url}/", json={}, extensions={"target": b"/v1/../x"},
+                                              headers=headers)
+                assert client.send(dotted).status_code == status, headers
 
 
 def test_a_browsers_cors_preflight_is_answered_as_the_pool_answers_it() -> None:
