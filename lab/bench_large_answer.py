@@ -13,7 +13,11 @@ same run. Then it relays a Responses stream whose four closing events each
 repeat the logprobs, cut into 64 KiB reads as a socket delivers it, through
 ``relay_events`` and through a copy of what it did before (join and rescan
 its whole buffer on every read, parse the event that ends the stream whole),
-and prints both times: each includes measuring the stream.
+and prints both times: each includes measuring the stream. Last, it reads
+Responses answers beside another task on the event loop, in one call and in
+turns as the proxy does (``responses_answer_in_turns``), and prints how long
+that task waited for its turn at most: the stall a stream through the proxy
+would see.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import time
 from typing import Any
 
 from policy.structure import chat_completion
-from proxy.large_answers import LARGE_ANSWER_BYTES, answer_skeleton, responses_answer
+from proxy.large_answers import LARGE_ANSWER_BYTES, answer_skeleton, responses_answer, responses_answer_in_turns
 from proxy.observe import Observation
 from proxy.relay import relay_events
 
@@ -106,6 +110,32 @@ def relay_ms(stream: bytes, splitter: Any) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
+async def read_beside_a_stream(raw: bytes, in_turns: bool) -> tuple[float, float]:
+    """How long reading ``raw`` takes, and the longest another task on the loop waits
+    for its turn meanwhile (as a stream's next event would), both in ms."""
+    reading = True
+    longest = 0.0
+
+    async def another_stream() -> None:
+        nonlocal longest
+        while reading:
+            waiting = time.perf_counter()
+            await asyncio.sleep(0)
+            longest = max(longest, time.perf_counter() - waiting)
+
+    beside = asyncio.create_task(another_stream())
+    await asyncio.sleep(0)
+    start = time.perf_counter()
+    if in_turns:
+        await responses_answer_in_turns(raw)
+    else:
+        responses_answer(raw)
+    took = time.perf_counter() - start
+    reading = False
+    await beside
+    return took * 1e3, longest * 1e3
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -126,6 +156,15 @@ def main() -> None:
         new = relay_ms(stream, lambda chunks: relay_events(chunks, Observation(reshape=chat_completion), False))
         label = f"{tokens} tokens, top_logprobs {top}"
         print(f"{label:>38} {len(stream) / 1e6:>6.2f}MB {old:>9.1f}ms {new:>11.1f}ms {old / new:>6.1f}x")
+    print(f"\n{'Responses answer read beside a stream':>38} {'size':>8} {'in one call':>11} {'longest wait':>13}"
+          f" {'in turns':>9} {'longest wait':>13}")
+    for tokens, top in ((1024, 5), (4096, 5), (8192, 20)):
+        raw = responses_body(tokens, top)
+        took, waited = asyncio.run(read_beside_a_stream(raw, in_turns=False))
+        took_in_turns, waited_in_turns = asyncio.run(read_beside_a_stream(raw, in_turns=True))
+        label = f"{tokens} tokens, top_logprobs {top}"
+        print(f"{label:>38} {len(raw) / 1e6:>6.2f}MB {took:>9.1f}ms {waited:>11.1f}ms"
+              f" {took_in_turns:>7.1f}ms {waited_in_turns:>11.1f}ms")
 
 
 if __name__ == "__main__":

@@ -190,16 +190,14 @@ class Proxy:
 
     async def _settle_later(self, plan: Plan, upstream: Upstream, observation: Observation, status: int,
                             content: bytes, overhead: float) -> None:
-        # async only so that BackgroundTask runs it on the event loop: a plain function
-        # would go to a worker thread, racing the loop over the learner and the metrics
-        self._settle(plan, upstream, observation, status, content, overhead)
-
-    def _settle(self, plan: Plan, upstream: Upstream, observation: Observation, status: int, content: bytes,
-                overhead: float) -> None:
-        if status == 200 and "content-encoding" not in upstream.response.headers:
-            observation.feed_bytes(content)
-            observation.complete = True
-        self._finish(plan, upstream, observation, status, overhead)
+        # a BackgroundTask runs a coroutine on the event loop: a plain function would go
+        # to a worker thread, racing the loop over the learner and the metrics
+        try:
+            if status == 200 and "content-encoding" not in upstream.response.headers:
+                await observation.feed_answer(content)
+                observation.complete = True
+        finally:  # the replica is released whatever happens to the reading
+            self._finish(plan, upstream, observation, status, overhead)
 
     def _finish(self, plan: Plan, upstream: Upstream, observation: Observation, status: int,
                 overhead: float) -> None:

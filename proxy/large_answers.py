@@ -17,9 +17,11 @@ A Responses answer keeps its logprobs elsewhere, and is read otherwise
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
-from collections.abc import Iterator
+import time
+from collections.abc import Generator, Iterator
 from functools import cache
 from typing import Any
 
@@ -30,6 +32,7 @@ LARGE_ANSWER_BYTES = 64 * 1024
 
 _DECODER = json.JSONDecoder()
 _COLON = re.compile(r"\s*:\s*")
+_BYTES_COLON = re.compile(rb"\s*:\s*")
 
 
 def answer_skeleton(raw: bytes) -> dict[str, Any] | None:
@@ -91,6 +94,8 @@ _MAX_LOGPROBS_KEYS = 1024
 # Responses logprobs nest four deep: [ {"top_logprobs": [ {"bytes": [...]} ] } ]
 _SKIP_DEPTH = 5
 _STRING = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"'  # unrolled: a quarter faster than (?:[^"\\]|\\.)*
+# an item and a comma are two: 32 logprobs entries, about 40 KB at top_logprobs 20
+_ITEMS_PER_STEP = 64
 
 
 def responses_answer(raw: bytes) -> dict[str, Any] | None:
@@ -108,39 +113,89 @@ def responses_answer(raw: bytes) -> dict[str, Any] | None:
     list cannot be skipped so (nested deeper than any logprobs are), when
     there are more such keys than any answer has parts, or when the rest is not
     JSON.
+
+    This reads it in one go; ``responses_answer_in_turns`` reads it the same way
+    without holding the event loop.
     """
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    kept: list[str] = []
+    reading = _reading_responses_answer(raw)
+    while True:
+        try:
+            next(reading)
+        except StopIteration as read:
+            return read.value
+
+
+async def responses_answer_in_turns(raw: bytes, turn: float = 0.001) -> dict[str, Any] | None:
+    """``responses_answer``, giving the event loop a turn each ``turn`` seconds.
+
+    Skipping the logprobs of an 8,192-token answer with ``top_logprobs`` 20 is
+    0.1-0.2 s of regular expression; in one call, every stream through the proxy
+    would wait that long for its next event.
+    """
+    reading = _reading_responses_answer(raw)
+    paused = time.perf_counter()
+    while True:
+        try:
+            next(reading)
+        except StopIteration as read:
+            return read.value
+        if time.perf_counter() - paused >= turn:
+            await asyncio.sleep(0)
+            paused = time.perf_counter()
+
+
+def _reading_responses_answer(raw: bytes) -> Generator[None, None, dict[str, Any] | None]:
+    """``responses_answer`` as steps: it yields between them, and returns the answer.
+
+    It reads bytes, never decoding the whole: in UTF-8 no byte of a multi-byte
+    character is a quote, a backslash or a bracket, and decoding 10 MB at once
+    would hold the loop for several ms. Bytes that are not UTF-8 are found by
+    the parse of what is kept (the skipped logprobs are not checked).
+    """
+    kept: list[bytes] = []
     done = seen = 0
-    at = text.find('"logprobs"')
+    at = raw.find(b'"logprobs"')
     while at != -1:
         seen += 1
         if seen > _MAX_LOGPROBS_KEYS:  # no answer has so many parts: reading it would cost more than parsing it
             return None
-        colon = _COLON.match(text, at + len('"logprobs"'))
+        colon = _BYTES_COLON.match(raw, at + len(b'"logprobs"'))
         start = colon.end() if colon is not None else -1
-        if start != -1 and text.startswith("[", start):
-            value = _skippable_list().match(text, start)
-            if value is None:
+        if start != -1 and raw.startswith(b"[", start):
+            end = yield from _skipping_list(raw, start)
+            if end is None:
                 return None
-            kept += (text[done:start], "null")
-            done = value.end()
-        at = text.find('"logprobs"', max(done, at + 1))
-    kept.append(text[done:])
+            kept += (raw[done:start], b"null")
+            done = end
+        at = raw.find(b'"logprobs"', max(done, at + 1))
+    kept.append(raw[done:])
     try:
-        return json.loads("".join(kept))
-    except (ValueError, RecursionError):
+        return json.loads(b"".join(kept))
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return None
 
 
+def _skipping_list(raw: bytes, start: int) -> Generator[None, None, int | None]:
+    """Where the JSON list that opens at ``start`` ends, found a few of its items at
+    a step; None when it does not end, or nests deeper than logprobs do."""
+    items = _list_items()
+    at = start + 1
+    while not raw.startswith(b"]", at):
+        step = items.match(raw, at)
+        if step is None:
+            return None
+        at = step.end()
+        yield
+    return at + 1
+
+
 @cache  # tens of ms to compile, and most proxies never see a large Responses answer
-def _skippable_list() -> re.Pattern[str]:
-    """A JSON list nested at most ``_SKIP_DEPTH`` deep. Brackets inside strings do
-    not count; possessive quantifiers keep a failed match from backtracking."""
+def _list_items() -> re.Pattern[bytes]:
+    """Up to ``_ITEMS_PER_STEP`` of a list's items and the commas between them, nested at most
+    ``_SKIP_DEPTH`` deep with the list. Brackets inside strings do not count;
+    possessive quantifiers keep a failed match from backtracking."""
     inner = rf'(?:{_STRING}|[^"\[\]{{}}]++)*+'
-    for _ in range(_SKIP_DEPTH):
+    for _ in range(_SKIP_DEPTH - 1):
         inner = rf'(?:{_STRING}|[^"\[\]{{}}]++|\[{inner}\]|\{{{inner}\}})*+'
-    return re.compile(rf"\[{inner}\]")
+    items = rf'(?:{_STRING}|[^"\[\]{{}}]++|\[{inner}\]|\{{{inner}\}}){{1,{_ITEMS_PER_STEP}}}+'
+    return re.compile(items.encode())

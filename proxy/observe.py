@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policy.structure import ObservedStructure, TextParts, measure_parts
-from proxy.large_answers import LARGE_ANSWER_BYTES, answer_skeleton, responses_answer
+from proxy.large_answers import LARGE_ANSWER_BYTES, answer_skeleton, responses_answer_in_turns
 
 
 def parse_json(raw: bytes) -> Any:
@@ -67,23 +67,33 @@ class Observation:
             self.spec = metrics["speculative_decoding"]
 
     def feed_bytes(self, raw: bytes) -> Any:
-        """A whole non-streamed body, one event's data, or the data of the event that
-        ends a Responses stream (the whole response again); what was read of it is
-        returned. A large one (logprobs, mostly; a Responses answer repeats the
-        request's tools too) is read in part (``proxy/large_answers.py``): parsed
-        whole, it would stall every stream."""
-        if len(raw) <= LARGE_ANSWER_BYTES:
-            payload = parse_json(raw)
-        elif self.reshape is None:
-            payload = answer_skeleton(raw)
-        elif (payload := responses_answer(raw)) is None:
-            # logprobs of a shape unknown: only the id is taken, to know where the response is stored
-            skeleton = answer_skeleton(raw)
-            if skeleton is not None and isinstance(rid := skeleton.get("id"), str):
-                self.response_id = rid[:200]
-            return None
+        """A chat or completions body, or one event's data; what was read of it is
+        returned. A large one (logprobs, mostly) is read in part (``answer_skeleton``):
+        parsed whole, it would stall every stream."""
+        payload = parse_json(raw) if len(raw) <= LARGE_ANSWER_BYTES else answer_skeleton(raw)
         self.feed(payload)
         return payload
+
+    async def feed_answer(self, raw: bytes) -> None:
+        """A whole answer: a non-streamed body, or the data of the event that ends a
+        Responses stream (the whole response again).
+
+        A large Responses answer keeps its logprobs beside its text and repeats the
+        request's tools, so it is parsed but for its logprobs, in turns
+        (``proxy/large_answers.py``): skipping them takes 0.1-0.2 s at 8k tokens,
+        during which the loop serves the other streams.
+        """
+        if self.reshape is None or len(raw) <= LARGE_ANSWER_BYTES:
+            self.feed_bytes(raw)
+            return
+        payload = await responses_answer_in_turns(raw)
+        if payload is not None:
+            self.feed(payload)
+            return
+        # logprobs of a shape unknown: only the id is taken, to know where the response is stored
+        skeleton = answer_skeleton(raw)
+        if skeleton is not None and isinstance(rid := skeleton.get("id"), str):
+            self.response_id = rid[:200]
 
     def measured(self, body: Any, legacy_guided_honoured: bool = False,
                  reasoning_hidden: bool = False) -> ObservedStructure:

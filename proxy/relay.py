@@ -46,6 +46,7 @@ async def relay_events(chunks: AsyncIterator[bytes], observation: Observation,
         searched = max(0, len(pending) - 1)  # the blank line may straddle two reads
         pending += raw
         events: list[bytes] = []
+        ends: list[bytes] = []
         while True:
             end = pending.find(b"\n\n", searched)
             if end < 0:
@@ -60,11 +61,13 @@ async def relay_events(chunks: AsyncIterator[bytes], observation: Observation,
             elif event.startswith(b"data: [DONE]"):
                 observation.complete = True
             elif event.startswith(_RESPONSE_ENDS):
-                observation.feed_bytes(event.partition(b"\ndata: ")[2])
-                observation.complete = True
+                ends.append(event.partition(b"\ndata: ")[2])
             events.append(event)
         if events:
             yield events
+        for answer in ends:  # read once it has gone: with logprobs it is 10 MB, and the client's last event
+            await observation.feed_answer(answer)
+            observation.complete = True
     if pending:
         yield [bytes(pending)]
 

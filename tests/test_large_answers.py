@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policy.structure import TextParts, chat_completion
-from proxy.large_answers import LARGE_ANSWER_BYTES, answer_skeleton, responses_answer
+from proxy.large_answers import LARGE_ANSWER_BYTES, answer_skeleton, responses_answer, responses_answer_in_turns
 from proxy.observe import Observation
 from proxy.relay import relay_events
 from tests.proxy_harness import metric_value, stack, wait_until
@@ -186,6 +186,52 @@ def test_a_responses_answer_that_cannot_be_skipped_so_gives_nothing() -> None:
     assert responses_answer(json.dumps(many).encode()) is not None
     many["output"][1]["content"].append(many["output"][1]["content"][0])
     assert responses_answer(json.dumps(many).encode()) is None
+
+
+def test_a_large_responses_answer_is_read_in_turns_that_let_other_streams_run() -> None:
+    """Its logprobs are skipped a few items at a step, never in one call: between the steps
+    the event loop runs the other streams, which would otherwise wait 0.1-0.2 s at 8k tokens."""
+    raw = json.dumps(responses_answer_body(["a long answer"], [f" w{i}" for i in range(2000)], top=5)).encode()
+
+    async def read_beside_another_stream() -> tuple[dict[str, Any] | None, int]:
+        turns = 0
+
+        async def another_stream() -> None:
+            nonlocal turns
+            while True:
+                await asyncio.sleep(0)
+                turns += 1
+        beside = asyncio.create_task(another_stream())
+        await asyncio.sleep(0)
+        turns = 0
+        read = await responses_answer_in_turns(raw, turn=0.0)  # a turn after every step
+        beside.cancel()
+        return read, turns
+
+    read, turns = asyncio.run(read_beside_another_stream())
+    assert read is not None and read == responses_answer(raw)
+    assert turns >= 2000 // 32 - 1  # a step skips 32 entries (and the commas between them)
+
+
+def test_a_responses_streams_last_event_goes_to_the_client_before_it_is_read() -> None:
+    answer = responses_answer_body(["the story ends"], [" tok"] * 1000)
+    created = b'event: response.created\ndata: {"type": "response.created"}\n\n'
+    completed = (b"event: response.completed\ndata: "
+                 + json.dumps({"type": "response.completed", "response": answer}).encode() + b"\n\n")
+    assert len(completed) > LARGE_ANSWER_BYTES
+
+    async def relayed() -> list[tuple[bool, list[str]]]:
+        async def read() -> AsyncIterator[bytes]:
+            yield created
+            yield completed
+        observation = Observation(reshape=chat_completion)
+        # what had been read as each read's events went to the client, and at the stream's end
+        seen = [(observation.complete, [*observation.parts.content])
+                async for _ in relay_events(read(), observation, False)]
+        assert observation.parts == parts_of(chat_completion(answer))
+        return [*seen, (observation.complete, observation.parts.content)]
+
+    assert asyncio.run(relayed()) == [(False, []), (False, []), (True, ["the story ends"])]
 
 
 def test_a_large_responses_answer_through_the_proxy_is_measured_in_full() -> None:
