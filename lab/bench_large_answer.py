@@ -14,23 +14,25 @@ repeat the logprobs, cut into 64 KiB reads as a socket delivers it, through
 ``relay_events`` and through a copy of what it did before (join and rescan
 its whole buffer on every read, parse the event that ends the stream whole),
 and prints both times: each includes measuring the stream. Last, it reads
-Responses answers beside another task on the event loop, in one call and in
-turns as the proxy does (``responses_answer_in_turns``), and prints how long
-that task waited for its turn at most: the stall a stream through the proxy
-would see.
+chat and Responses answers beside another task on the event loop, in one call
+and in turns as the proxy does (``proxy/turns.py``), and prints how long that
+task waited for its turn at most: the stall a stream through the proxy would
+see.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import statistics
 import time
 from typing import Any
 
 from policy.structure import chat_completion
-from proxy.large_answers import LARGE_ANSWER_BYTES, answer_skeleton, responses_answer, responses_answer_in_turns
+from proxy.large_answers import (LARGE_ANSWER_BYTES, answer_skeleton, answer_skeleton_in_turns, responses_answer,
+                                 responses_answer_in_turns)
 from proxy.observe import Observation
 from proxy.relay import relay_events
 
@@ -110,9 +112,10 @@ def relay_ms(stream: bytes, splitter: Any) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-async def read_beside_a_stream(raw: bytes, in_turns: bool) -> tuple[float, float]:
-    """How long reading ``raw`` takes, and the longest another task on the loop waits
-    for its turn meanwhile (as a stream's next event would), both in ms."""
+async def read_beside_a_stream(raw: bytes, at_once: Any, in_turns: Any) -> tuple[float, float]:
+    """How long reading ``raw`` takes (``in_turns`` or, when it is None, ``at_once``), and
+    the longest another task on the loop waits for its turn meanwhile (as a stream's next
+    event would), both in ms."""
     reading = True
     longest = 0.0
 
@@ -124,12 +127,13 @@ async def read_beside_a_stream(raw: bytes, in_turns: bool) -> tuple[float, float
             longest = max(longest, time.perf_counter() - waiting)
 
     beside = asyncio.create_task(another_stream())
+    gc.collect()  # a collection owed for building the answer's millions of objects is not the reading's
     await asyncio.sleep(0)
     start = time.perf_counter()
-    if in_turns:
-        await responses_answer_in_turns(raw)
+    if in_turns is None:
+        at_once(raw)
     else:
-        responses_answer(raw)
+        await in_turns(raw)
     took = time.perf_counter() - start
     reading = False
     await beside
@@ -156,15 +160,18 @@ def main() -> None:
         new = relay_ms(stream, lambda chunks: relay_events(chunks, Observation(reshape=chat_completion), False))
         label = f"{tokens} tokens, top_logprobs {top}"
         print(f"{label:>38} {len(stream) / 1e6:>6.2f}MB {old:>9.1f}ms {new:>11.1f}ms {old / new:>6.1f}x")
-    print(f"\n{'Responses answer read beside a stream':>38} {'size':>8} {'in one call':>11} {'longest wait':>13}"
+    print(f"\n{'answer read beside a stream':>38} {'size':>8} {'in one call':>11} {'longest wait':>13}"
           f" {'in turns':>9} {'longest wait':>13}")
-    for tokens, top in ((1024, 5), (4096, 5), (8192, 20)):
-        raw = responses_body(tokens, top)
-        took, waited = asyncio.run(read_beside_a_stream(raw, in_turns=False))
-        took_in_turns, waited_in_turns = asyncio.run(read_beside_a_stream(raw, in_turns=True))
-        label = f"{tokens} tokens, top_logprobs {top}"
-        print(f"{label:>38} {len(raw) / 1e6:>6.2f}MB {took:>9.1f}ms {waited:>11.1f}ms"
-              f" {took_in_turns:>7.1f}ms {waited_in_turns:>11.1f}ms")
+    readers = (("chat", chat_answer, answer_skeleton, answer_skeleton_in_turns),
+               ("responses", responses_body, responses_answer, responses_answer_in_turns))
+    for api, shape, at_once, in_turns in readers:
+        for tokens, top in ((1024, 5), (4096, 5), (8192, 20)):
+            raw = shape(tokens, top)
+            took, waited = asyncio.run(read_beside_a_stream(raw, at_once, None))
+            took_in_turns, waited_in_turns = asyncio.run(read_beside_a_stream(raw, at_once, in_turns))
+            label = f"{api}: {tokens} tokens, top_logprobs {top}"
+            print(f"{label:>38} {len(raw) / 1e6:>6.2f}MB {took:>9.1f}ms {waited:>11.1f}ms"
+                  f" {took_in_turns:>7.1f}ms {waited_in_turns:>11.1f}ms")
 
 
 if __name__ == "__main__":

@@ -10,20 +10,24 @@ vLLM's speculation metrics and the id.
 In JSON text a quote inside a string is always escaped, so ``"message":``
 found in the text is an object's key, never part of a value. Each such key's
 value is decoded where it stands (``JSONDecoder.raw_decode``), and the rest,
-the logprobs, is only scanned for keys, in C, never built into objects.
+the logprobs, is only searched for keys, in C, never built into objects.
 A Responses answer keeps its logprobs elsewhere, and is read otherwise
 (``responses_answer``).
+
+Both readings work on the bytes as they came, never decoding the whole: in
+UTF-8 no byte of a multi-byte character is a quote, a backslash, a colon or a
+bracket. And both are written as steps (``proxy/turns.py``): even searching
+10 MB takes a few ms, which a stream should not wait for.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import time
-from collections.abc import Generator, Iterator
 from functools import cache
 from typing import Any
+
+from proxy.turns import Steps, at_once, in_turns
 
 # Above this an answer is read in part: a full parse of 64 KiB takes a few ms on a
 # slow core, and a chat answer without logprobs (8k tokens of prose is 32 KB)
@@ -31,8 +35,9 @@ from typing import Any
 LARGE_ANSWER_BYTES = 64 * 1024
 
 _DECODER = json.JSONDecoder()
-_COLON = re.compile(r"\s*:\s*")
-_BYTES_COLON = re.compile(rb"\s*:\s*")
+_COLON = re.compile(rb"\s*:\s*")
+_SEARCH_STEP = 256 * 1024  # bytes searched for a key at a step: a fraction of a ms
+_VALUE_SPAN = 64 * 1024  # bytes first decoded for a value; four times more each time it does not end there
 
 
 def answer_skeleton(raw: bytes) -> dict[str, Any] | None:
@@ -42,51 +47,116 @@ def answer_skeleton(raw: bytes) -> dict[str, Any] | None:
 
     The keys are taken where they stand in the text: messages, deltas and texts in
     order, the first ``id``, the last ``usage`` and ``metrics`` (the top level's,
-    which vLLM writes after the choices). None when the bytes are not UTF-8.
+    which vLLM writes after the choices). None when a value read is not UTF-8
+    (the logprobs, which are only searched, are not checked).
     """
+    return at_once(_reading_skeleton(raw))
+
+
+async def answer_skeleton_in_turns(raw: bytes, turn: float = 0.001) -> dict[str, Any] | None:
+    """``answer_skeleton``, giving the event loop a turn each ``turn`` seconds."""
+    return await in_turns(_reading_skeleton(raw), turn)
+
+
+class _NotUTF8(ValueError):
+    """A value read is not UTF-8: nothing of the answer is taken."""
+
+
+def _reading_skeleton(raw: bytes) -> Steps[dict[str, Any] | None]:
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
+        ids = yield from _values(raw, b"id", most=1)
+        messages = yield from _values(raw, b"message")
+        deltas = [] if messages else (yield from _values(raw, b"delta"))
+        texts = [] if messages or deltas else (yield from _values(raw, b"text"))
+        usage = yield from _values(raw, b"usage", last_first=True, most=1)
+        metrics = yield from _values(raw, b"metrics", last_first=True, most=1)
+    except _NotUTF8:
         return None
-    skeleton: dict[str, Any] = {}
-    for rid in _values(text, "id"):
-        skeleton["id"] = rid
-        break
-    messages = list(_values(text, "message"))
-    deltas = [] if messages else list(_values(text, "delta"))
+    skeleton: dict[str, Any] = {"id": ids[0]} if ids else {}
     if messages:
         skeleton["choices"] = [{"message": m} for m in messages]
     elif deltas:
         skeleton["choices"] = [{"delta": d} for d in deltas]
     else:
-        skeleton["choices"] = [{"text": t} for t in _values(text, "text") if isinstance(t, str)]
-    for key in ("usage", "metrics"):
-        for value in _values(text, key, last_first=True):
-            skeleton[key] = value
-            break
+        skeleton["choices"] = [{"text": t} for t in texts if isinstance(t, str)]
+    for key, found in (("usage", usage), ("metrics", metrics)):
+        if found:
+            skeleton[key] = found[0]
     return skeleton
 
 
-def _values(text: str, key: str, last_first: bool = False) -> Iterator[Any]:
-    """The values of ``key`` wherever it is an object's key in ``text``, in order (or last first).
+def _values(raw: bytes, key: bytes, last_first: bool = False, most: int | None = None) -> Steps[list[Any]]:
+    """The values of ``key`` wherever it is an object's key in ``raw``, in order (or
+    last first), up to ``most``.
 
     A match not followed by a colon was a string value that read as the key
     (``"usage"`` as a whole value): it is skipped.
     """
-    quoted = f'"{key}"'
-    at = text.rfind(quoted) if last_first else text.find(quoted)
+    quoted = b'"' + key + b'"'
+    found: list[Any] = []
+    at = yield from (_searching_back(raw, quoted, len(raw)) if last_first else _searching(raw, quoted, 0))
     while at != -1:
         after = at + len(quoted)
-        colon = _COLON.match(text, after)
-        if colon is not None:
-            try:
-                value, after = _DECODER.raw_decode(text, colon.end())
-            except (ValueError, RecursionError):
-                pass
-            else:
-                yield value
+        colon = _COLON.match(raw, after)
+        if colon is not None and (value := _value_at(raw, colon.end())) is not None:
+            found.append(value[0])
+            if len(found) == most:
+                break
+            after = value[1]
         # forward, the search goes on past the value: a key inside it is the value's own
-        at = text.rfind(quoted, 0, at) if last_first else text.find(quoted, after)
+        at = yield from (_searching_back(raw, quoted, at) if last_first else _searching(raw, quoted, after))
+    return found
+
+
+def _searching(raw: bytes, needle: bytes, start: int) -> Steps[int]:
+    """``raw.find(needle, start)``, ``_SEARCH_STEP`` bytes at a step."""
+    straddle = len(needle) - 1
+    while start < len(raw):
+        at = raw.find(needle, start, start + _SEARCH_STEP + straddle)
+        if at != -1:
+            return at
+        start += _SEARCH_STEP
+        yield
+    return -1
+
+
+def _searching_back(raw: bytes, needle: bytes, end: int) -> Steps[int]:
+    """``raw.rfind(needle, 0, end)``, ``_SEARCH_STEP`` bytes at a step."""
+    straddle = len(needle) - 1
+    while True:
+        begin = max(0, end - _SEARCH_STEP)
+        at = raw.rfind(needle, begin, end)
+        if at != -1 or begin == 0:
+            return at
+        end = begin + straddle
+        yield
+
+
+def _value_at(raw: bytes, start: int) -> tuple[Any, int] | None:
+    """The JSON value that starts at ``start`` and the offset past it, or None.
+
+    Only the bytes the value spans are decoded, and a few more: the span grows
+    until the value ends inside it.
+    """
+    span = _VALUE_SPAN
+    while True:
+        end = min(len(raw), start + span)
+        while end < len(raw) and (raw[end] & 0xC0) == 0x80:  # a span never ends inside a character
+            end -= 1
+        try:
+            text = raw[start:end].decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _NotUTF8 from exc
+        try:
+            value, stop = _DECODER.raw_decode(text)
+        except RecursionError:
+            return None
+        except ValueError:
+            if end == len(raw):
+                return None
+            span *= 4
+            continue
+        return value, start + len(text[:stop].encode("utf-8"))
 
 
 # one per output_text part, and a few in the request's tools repeated
@@ -117,12 +187,7 @@ def responses_answer(raw: bytes) -> dict[str, Any] | None:
     This reads it in one go; ``responses_answer_in_turns`` reads it the same way
     without holding the event loop.
     """
-    reading = _reading_responses_answer(raw)
-    while True:
-        try:
-            next(reading)
-        except StopIteration as read:
-            return read.value
+    return at_once(_reading_responses_answer(raw))
 
 
 async def responses_answer_in_turns(raw: bytes, turn: float = 0.001) -> dict[str, Any] | None:
@@ -132,34 +197,20 @@ async def responses_answer_in_turns(raw: bytes, turn: float = 0.001) -> dict[str
     0.1-0.2 s of regular expression; in one call, every stream through the proxy
     would wait that long for its next event.
     """
-    reading = _reading_responses_answer(raw)
-    paused = time.perf_counter()
-    while True:
-        try:
-            next(reading)
-        except StopIteration as read:
-            return read.value
-        if time.perf_counter() - paused >= turn:
-            await asyncio.sleep(0)
-            paused = time.perf_counter()
+    return await in_turns(_reading_responses_answer(raw), turn)
 
 
-def _reading_responses_answer(raw: bytes) -> Generator[None, None, dict[str, Any] | None]:
-    """``responses_answer`` as steps: it yields between them, and returns the answer.
-
-    It reads bytes, never decoding the whole: in UTF-8 no byte of a multi-byte
-    character is a quote, a backslash or a bracket, and decoding 10 MB at once
-    would hold the loop for several ms. Bytes that are not UTF-8 are found by
-    the parse of what is kept (the skipped logprobs are not checked).
-    """
+def _reading_responses_answer(raw: bytes) -> Steps[dict[str, Any] | None]:
+    # Bytes that are not UTF-8 are found by the parse of what is kept (the skipped
+    # logprobs are not checked).
     kept: list[bytes] = []
     done = seen = 0
-    at = raw.find(b'"logprobs"')
+    at = yield from _searching(raw, b'"logprobs"', 0)
     while at != -1:
         seen += 1
         if seen > _MAX_LOGPROBS_KEYS:  # no answer has so many parts: reading it would cost more than parsing it
             return None
-        colon = _BYTES_COLON.match(raw, at + len(b'"logprobs"'))
+        colon = _COLON.match(raw, at + len(b'"logprobs"'))
         start = colon.end() if colon is not None else -1
         if start != -1 and raw.startswith(b"[", start):
             end = yield from _skipping_list(raw, start)
@@ -167,7 +218,7 @@ def _reading_responses_answer(raw: bytes) -> Generator[None, None, dict[str, Any
                 return None
             kept += (raw[done:start], b"null")
             done = end
-        at = raw.find(b'"logprobs"', max(done, at + 1))
+        at = yield from _searching(raw, b'"logprobs"', max(done, at + 1))
     kept.append(raw[done:])
     try:
         return json.loads(b"".join(kept))
@@ -175,7 +226,7 @@ def _reading_responses_answer(raw: bytes) -> Generator[None, None, dict[str, Any
         return None
 
 
-def _skipping_list(raw: bytes, start: int) -> Generator[None, None, int | None]:
+def _skipping_list(raw: bytes, start: int) -> Steps[int | None]:
     """Where the JSON list that opens at ``start`` ends, found a few of its items at
     a step; None when it does not end, or nests deeper than logprobs do."""
     items = _list_items()
@@ -189,7 +240,7 @@ def _skipping_list(raw: bytes, start: int) -> Generator[None, None, int | None]:
     return at + 1
 
 
-@cache  # tens of ms to compile, and most proxies never see a large Responses answer
+@cache  # ms to compile (8 here), and most proxies never see a large Responses answer
 def _list_items() -> re.Pattern[bytes]:
     """Up to ``_ITEMS_PER_STEP`` of a list's items and the commas between them, nested at most
     ``_SKIP_DEPTH`` deep with the list. Brackets inside strings do not count;

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policy.structure import ObservedStructure, TextParts, measure_parts
-from proxy.large_answers import LARGE_ANSWER_BYTES, answer_skeleton, responses_answer_in_turns
+from proxy.large_answers import (LARGE_ANSWER_BYTES, answer_skeleton, answer_skeleton_in_turns,
+                                 responses_answer_in_turns)
 
 
 def parse_json(raw: bytes) -> Any:
@@ -67,9 +68,10 @@ class Observation:
             self.spec = metrics["speculative_decoding"]
 
     def feed_bytes(self, raw: bytes) -> Any:
-        """A chat or completions body, or one event's data; what was read of it is
-        returned. A large one (logprobs, mostly) is read in part (``answer_skeleton``):
-        parsed whole, it would stall every stream."""
+        """One event's data of a chat or completions stream, or a small body; what
+        was read of it is returned. A large one (logprobs, mostly) is read in part
+        (``answer_skeleton``): parsed whole, it would stall every stream. A whole
+        answer goes through ``feed_answer``."""
         payload = parse_json(raw) if len(raw) <= LARGE_ANSWER_BYTES else answer_skeleton(raw)
         self.feed(payload)
         return payload
@@ -78,22 +80,22 @@ class Observation:
         """A whole answer: a non-streamed body, or the data of the event that ends a
         Responses stream (the whole response again).
 
-        A large Responses answer keeps its logprobs beside its text and repeats the
-        request's tools, so it is parsed but for its logprobs, in turns
-        (``proxy/large_answers.py``): skipping them takes 0.1-0.2 s at 8k tokens,
-        during which the loop serves the other streams.
+        A large one is read in part, in turns (``proxy/large_answers.py``), the loop
+        serving the other streams between them: at 8k tokens with ``top_logprobs``
+        20, a chat answer takes about 12 ms to read, and a Responses answer, which
+        keeps its logprobs beside its text and is parsed but for them, 0.1-0.2 s.
         """
-        if self.reshape is None or len(raw) <= LARGE_ANSWER_BYTES:
+        if len(raw) <= LARGE_ANSWER_BYTES:
             self.feed_bytes(raw)
-            return
-        payload = await responses_answer_in_turns(raw)
-        if payload is not None:
+        elif self.reshape is None:
+            self.feed(await answer_skeleton_in_turns(raw))
+        elif (payload := await responses_answer_in_turns(raw)) is not None:
             self.feed(payload)
-            return
-        # logprobs of a shape unknown: only the id is taken, to know where the response is stored
-        skeleton = answer_skeleton(raw)
-        if skeleton is not None and isinstance(rid := skeleton.get("id"), str):
-            self.response_id = rid[:200]
+        else:
+            # logprobs of a shape unknown: only the id is taken, to know where the response is stored
+            skeleton = await answer_skeleton_in_turns(raw)
+            if skeleton is not None and isinstance(rid := skeleton.get("id"), str):
+                self.response_id = rid[:200]
 
     def measured(self, body: Any, legacy_guided_honoured: bool = False,
                  reasoning_hidden: bool = False) -> ObservedStructure:

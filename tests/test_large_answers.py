@@ -8,13 +8,17 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policy.structure import TextParts, chat_completion
-from proxy.large_answers import LARGE_ANSWER_BYTES, answer_skeleton, responses_answer, responses_answer_in_turns
+from proxy import large_answers
+from proxy.large_answers import (LARGE_ANSWER_BYTES, answer_skeleton, answer_skeleton_in_turns, responses_answer,
+                                 responses_answer_in_turns)
 from proxy.observe import Observation
 from proxy.relay import relay_events
+from proxy.turns import at_once as run_at_once
 from tests.proxy_harness import metric_value, stack, wait_until
 
 MODEL = "Qwen/Qwen3-32B"
@@ -60,6 +64,14 @@ def test_a_chat_answer_with_tool_calls_reasoning_and_two_choices_reads_as_parsed
                 {"role": "assistant", "content": 'a "message": inside, and "usage": too', "tool_calls": []}]
     assert_reads_alike(chat_answer(messages, [" tok"] * 200))
     assert_reads_alike(chat_answer(messages, [" tok"] * 200), separators=(",", ":"), ensure_ascii=False)
+
+
+def test_a_message_longer_than_the_first_span_decoded_reads_whole() -> None:
+    """A value is decoded from a span of 64 KiB, four times longer each time it does not
+    end inside: two-byte characters put a span's end inside one, which it must not cut."""
+    for content in ("é" * 100_000, "a" + "é" * 40_000 + "€" * 30_000):
+        assert_reads_alike(chat_answer([{"role": "assistant", "content": content}], [" tok"] * 20),
+                           ensure_ascii=False)
 
 
 def test_a_completions_answer_reads_as_parsed_whole() -> None:
@@ -188,10 +200,24 @@ def test_a_responses_answer_that_cannot_be_skipped_so_gives_nothing() -> None:
     assert responses_answer(json.dumps(many).encode()) is None
 
 
-def test_a_large_responses_answer_is_read_in_turns_that_let_other_streams_run() -> None:
-    """Its logprobs are skipped a few items at a step, never in one call: between the steps
-    the event loop runs the other streams, which would otherwise wait 0.1-0.2 s at 8k tokens."""
-    raw = json.dumps(responses_answer_body(["a long answer"], [f" w{i}" for i in range(2000)], top=5)).encode()
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_a_large_answer_is_read_in_turns_that_let_other_streams_run(api: str) -> None:
+    """Its keys are searched for, and a Responses answer's logprobs skipped, a bounded
+    stretch at a step, never in one call: between the steps the event loop runs the
+    other streams, which would otherwise wait 12 ms (chat) or 0.1-0.2 s (Responses)
+    at 8k tokens with top_logprobs 20."""
+    tokens = [f" w{i}" for i in range(2000)]
+    if api == "chat":
+        answer = chat_answer([{"role": "assistant", "content": "a long answer"}] * 2, tokens, top=20)
+        at_once, in_turns = answer_skeleton, answer_skeleton_in_turns
+    else:
+        answer = responses_answer_body(["a long answer"], tokens, top=5)
+        at_once, in_turns = responses_answer, responses_answer_in_turns
+    raw = json.dumps(answer).encode()
+    # the search for messages reads on through every choice's logprobs (the other keys are
+    # near the ends); a Responses answer's logprobs are skipped 32 entries at a step
+    steps = len(raw) // large_answers._SEARCH_STEP if api == "chat" else 2000 // 32
+    assert steps >= 20
 
     async def read_beside_another_stream() -> tuple[dict[str, Any] | None, int]:
         turns = 0
@@ -204,13 +230,28 @@ def test_a_large_responses_answer_is_read_in_turns_that_let_other_streams_run() 
         beside = asyncio.create_task(another_stream())
         await asyncio.sleep(0)
         turns = 0
-        read = await responses_answer_in_turns(raw, turn=0.0)  # a turn after every step
+        read = await in_turns(raw, turn=0.0)  # a turn after every step
         beside.cancel()
         return read, turns
 
     read, turns = asyncio.run(read_beside_another_stream())
-    assert read is not None and read == responses_answer(raw)
-    assert turns >= 2000 // 32 - 1  # a step skips 32 entries (and the commas between them)
+    assert read is not None and read == at_once(raw)
+    assert turns >= steps - 1, (turns, steps)
+
+
+@settings(max_examples=300, deadline=None)
+@given(parts=st.lists(st.sampled_from([b"x", b'"', b"id", b'"id"', b'"usage"', b"a"]), max_size=30),
+       needle=st.sampled_from([b'"id"', b"a", b'"usage"']), step=st.integers(7, 12), start=st.integers(0, 70))
+def test_searching_a_step_at_a_time_finds_what_one_search_finds(parts: list[bytes], needle: bytes, step: int,
+                                                              start: int) -> None:
+    """A key that straddles two steps is found, and the first (or last) is found first.
+    (Steps are longer than keys, as 256 KiB is.)"""
+    haystack = b"".join(parts)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(large_answers, "_SEARCH_STEP", step)
+        assert run_at_once(large_answers._searching(haystack, needle, start)) == haystack.find(needle, start)
+        end = min(start, len(haystack))
+        assert run_at_once(large_answers._searching_back(haystack, needle, end)) == haystack.rfind(needle, 0, end)
 
 
 def test_a_responses_streams_last_event_goes_to_the_client_before_it_is_read() -> None:
