@@ -6,8 +6,8 @@ through it) holds every stream until it returns. A thread would not help: such
 a call holds the interpreter lock for as long as it runs. So long readings are
 written as generators that yield between steps of bounded size, and the
 caller decides: ``at_once`` runs them through (tests, benchmarks, the sync
-path), ``in_turns`` gives the loop a turn whenever a step has run past
-``turn`` seconds since the last.
+path); ``in_turns`` gives the loop a turn after the first step that ends
+``turn`` seconds or more after the last turn.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def at_once(steps: Steps[T]) -> T:
         try:
             next(steps)
         except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            return done.value
 
 
 async def in_turns(steps: Steps[T], turn: float = 0.001) -> T:
@@ -35,7 +35,7 @@ async def in_turns(steps: Steps[T], turn: float = 0.001) -> T:
         try:
             next(steps)
         except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            return done.value
         if time.perf_counter() - paused >= turn:
             await asyncio.sleep(0)
             paused = time.perf_counter()
