@@ -84,6 +84,8 @@ class Proxy:
         self.holders = ResponseHolders(settings.response_holders_capacity)
         self.pass_through = PassThrough(self.gk, self.upstream, self.catalog, self.holders)
         self.shutdown = Shutdown(self.upstream)
+        # readings of answers whose streams have ended, held so the loop does not drop them midway
+        self.settling: set[asyncio.Task[None]] = set()
         self.recorder.warn_if_attribution_unsound()
 
     # ------------------------------------------------------------ gated routes
@@ -182,20 +184,23 @@ class Proxy:
         response = Response(content=content, status_code=status)  # sets content-length
         response.raw_headers += headers
         overhead += time.perf_counter() - resumed
+        if status == 200 and "content-encoding" not in upstream.response.headers:
+            observation.unread_answer = content
+            observation.complete = True
         # What the response taught us is recorded after it has gone to the client:
-        # none of it is the client's latency.
-        response.background = BackgroundTask(self._settle_later, plan, upstream, observation, status, content,
-                                             overhead)
+        # none of it is the client's latency. (A BackgroundTask runs a coroutine on the
+        # event loop; a plain function would go to a worker thread, racing the loop over
+        # the learner and the metrics.)
+        response.background = BackgroundTask(self._settle, plan, upstream, observation, status, overhead)
         return response
 
-    async def _settle_later(self, plan: Plan, upstream: Upstream, observation: Observation, status: int,
-                            content: bytes, overhead: float) -> None:
-        # a BackgroundTask runs a coroutine on the event loop: a plain function would go
-        # to a worker thread, racing the loop over the learner and the metrics
+    async def _settle(self, plan: Plan, upstream: Upstream, observation: Observation, status: int,
+                      overhead: float) -> None:
+        """Read the answer a response ended with, once it has gone to the client; then record and release."""
         try:
-            if status == 200 and "content-encoding" not in upstream.response.headers:
-                await observation.feed_answer(content)
-                observation.complete = True
+            await observation.feed_unread_answer()
+        except Exception:  # the answer has gone; only what it would have taught us is lost
+            log.exception("reading a finished answer failed")
         finally:  # the replica is released whatever happens to the reading
             self._finish(plan, upstream, observation, status, overhead)
 
@@ -240,7 +245,15 @@ class Proxy:
             await upstream.response.aclose()
             if status == 200 and not observation.complete:
                 status = 499
-            self._finish(plan, upstream, observation, status, overhead)
+            if observation.unread_answer is None:
+                self._finish(plan, upstream, observation, status, overhead)
+            else:
+                # the stream's end goes to the client once this generator returns, and that
+                # must not wait for a 10 MB reading; the task releases the replica when done
+                task = asyncio.get_running_loop().create_task(self._settle(plan, upstream, observation, status,
+                                                                           overhead))
+                self.settling.add(task)
+                task.add_done_callback(self.settling.discard)
 
     # ------------------------------------------------------------ checks
 

@@ -50,6 +50,9 @@ class Observation:
     request_id: str | None = None
     # the answer's objects as chat completions, for an API that shapes them otherwise (/v1/responses)
     reshape: Callable[[Any], Any] | None = None
+    # the data of the event that ended a Responses stream (the whole response again), kept
+    # to be read once the stream's end has gone to the client (``feed_answer``)
+    unread_answer: bytes | None = None
 
     def feed(self, payload: Any) -> None:
         """A parsed SSE chunk or a whole non-streamed body."""
@@ -96,6 +99,12 @@ class Observation:
             skeleton = await answer_skeleton_in_turns(raw)
             if skeleton is not None and isinstance(rid := skeleton.get("id"), str):
                 self.response_id = rid[:200]
+
+    async def feed_unread_answer(self) -> None:
+        """The answer a Responses stream ended with (``unread_answer``), if it has not been read."""
+        raw, self.unread_answer = self.unread_answer, None
+        if raw is not None:
+            await self.feed_answer(raw)
 
     def measured(self, body: Any, legacy_guided_honoured: bool = False,
                  reasoning_hidden: bool = False) -> ObservedStructure:

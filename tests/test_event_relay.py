@@ -106,16 +106,21 @@ def test_a_responses_stream_is_relayed_whole_and_read_from_the_event_that_ends_i
         observation = Observation(reshape=chat_completion)
 
         async def collect(obs: Observation = observation) -> list[bytes]:
-            return [event async for read in relay_events(_split(stream, size), obs, True) for event in read]
+            relayed = [event async for read in relay_events(_split(stream, size), obs, True) for event in read]
+            assert obs.complete and obs.response_id is None  # ended, and read only once the client has its end
+            await obs.feed_unread_answer()
+            return relayed
 
         assert b"".join(asyncio.run(collect())) == stream
-        assert observation.complete and observation.response_id == "resp_1"
+        assert observation.response_id == "resp_1" and observation.unread_answer is None
         assert observation.measured({}).tool_calls == 1 and observation.measured({}).total_tokens == 4
     failed = _named("response.created", {"response": response}) + _named("response.failed", {"response": {}})
     observation = Observation(reshape=chat_completion)
 
     async def collect_failed() -> list[bytes]:
-        return [event async for read in relay_events(_split(failed, 5), observation, True) for event in read]
+        relayed = [event async for read in relay_events(_split(failed, 5), observation, True) for event in read]
+        await observation.feed_unread_answer()
+        return relayed
 
     assert b"".join(asyncio.run(collect_failed())) == failed
     assert observation.complete  # ended as the server meant it to, with nothing to measure

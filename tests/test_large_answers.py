@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -254,25 +255,41 @@ def test_searching_a_step_at_a_time_finds_what_one_search_finds(parts: list[byte
         assert run_at_once(large_answers._searching_back(haystack, needle, end)) == haystack.rfind(needle, 0, end)
 
 
-def test_a_responses_streams_last_event_goes_to_the_client_before_it_is_read() -> None:
-    answer = responses_answer_body(["the story ends"], [" tok"] * 1000)
-    created = b'event: response.created\ndata: {"type": "response.created"}\n\n'
-    completed = (b"event: response.completed\ndata: "
-                 + json.dumps({"type": "response.completed", "response": answer}).encode() + b"\n\n")
-    assert len(completed) > LARGE_ANSWER_BYTES
+def test_a_responses_streams_end_reaches_the_client_before_its_answer_is_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The event that ends a Responses stream holds the whole response again: with
+    logprobs 10 MB, read in 0.1-0.2 s. The stream ends for the client first; the
+    reading, the recording and the replica's release follow."""
+    client_has_the_end = threading.Event()
+    read = Observation.feed_answer
 
-    async def relayed() -> list[tuple[bool, list[str]]]:
-        async def read() -> AsyncIterator[bytes]:
-            yield created
-            yield completed
-        observation = Observation(reshape=chat_completion)
-        # what had been read as each read's events went to the client, and at the stream's end
-        seen = [(observation.complete, [*observation.parts.content])
-                async for _ in relay_events(read(), observation, False)]
-        assert observation.parts == parts_of(chat_completion(answer))
-        return [*seen, (observation.complete, observation.parts.content)]
+    async def once_the_client_has_the_end(self: Observation, raw: bytes) -> None:
+        while not client_has_the_end.is_set():
+            await asyncio.sleep(0.005)
+        await read(self, raw)
 
-    assert asyncio.run(relayed()) == [(False, []), (False, []), (True, ["the story ends"])]
+    monkeypatch.setattr(Observation, "feed_answer", once_the_client_has_the_end)
+    with stack(63, gate_responses=True) as s:
+        body = {"model": MODEL, "input": "tell me a story", "max_output_tokens": 40, "temperature": 0,
+                "stream": True}
+        with httpx.stream("POST", f"{s.proxy.url}/v1/responses", timeout=5, json=body) as events:
+            assert events.headers["x-draftgate-route"] == "spec-off"
+            last = events.read().decode().rstrip().rpartition("\ndata: ")[2]  # the body has ended
+        assert proxy_inflight(s.proxy.url) == 1 and output_tokens_counted(s.proxy.url) == 0
+        client_has_the_end.set()
+        generated = json.loads(last)["response"]["usage"]["output_tokens"]
+        assert wait_until(lambda: output_tokens_counted(s.proxy.url) == generated)
+        assert wait_until(lambda: proxy_inflight(s.proxy.url) == 0)
+
+
+def proxy_inflight(url: str) -> float:
+    return metric_value(httpx.get(f"{url}/metrics").text, "draftgate_pool_inflight_requests", pool="spec-off")
+
+
+def output_tokens_counted(url: str) -> float:
+    """Recorded once an answer has gone to the client: a moment later."""
+    text = httpx.get(f"{url}/metrics").text
+    return sum(metric_value(text, "draftgate_output_tokens_total", pool="spec-off", token_class=c) for c in "srf")
 
 
 def test_a_large_responses_answer_through_the_proxy_is_measured_in_full() -> None:
@@ -281,10 +298,8 @@ def test_a_large_responses_answer_through_the_proxy_is_measured_in_full() -> Non
         body = {"model": MODEL, "input": "tell me a long story", "max_output_tokens": 400, "top_logprobs": 20,
                 "include": ["message.output_text.logprobs"], "temperature": 0}
 
-        def counted() -> float:  # recorded once the answer has gone: a moment later
-            text = httpx.get(f"{s.proxy.url}/metrics").text
-            return sum(metric_value(text, "draftgate_output_tokens_total", pool="spec-off", token_class=c)
-                       for c in "srf")
+        def counted() -> float:
+            return output_tokens_counted(s.proxy.url)
         answer = httpx.post(f"{s.proxy.url}/v1/responses", timeout=60, json=body)
         assert answer.status_code == 200 and answer.headers["x-draftgate-route"] == "spec-off"
         assert len(answer.content) > LARGE_ANSWER_BYTES  # else this tests the whole parse
