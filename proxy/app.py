@@ -51,6 +51,7 @@ from proxy.request_body import BadRequest, read_body, read_json, validate
 from proxy.shutdown import Shutdown, shutting_down_error, shutting_down_event
 from proxy.stored_responses import (
     CREATE_PATH,
+    SNIFF_BYTES,
     ResponseHolders,
     continued_response_id,
     stored,
@@ -184,6 +185,8 @@ class Proxy:
         response = Response(content=content, status_code=status)  # sets content-length
         response.raw_headers += headers
         overhead += time.perf_counter() - resumed
+        if status == 200:
+            self._remember_holder(plan, upstream, content)
         if status == 200 and "content-encoding" not in upstream.response.headers:
             observation.unread_answer = content
             observation.complete = True
@@ -204,11 +207,15 @@ class Proxy:
         finally:  # the replica is released whatever happens to the reading
             self._finish(plan, upstream, observation, status, overhead)
 
+    def _remember_holder(self, plan: Plan, upstream: Upstream, head: bytes) -> None:
+        """Note which replica stores the response an answer begins, before the client has its
+        id: a follow-up sent the moment it has must find the holder without a lookup."""
+        if plan.endpoint == "responses" and stored(plan.body):
+            self.holders.remember_from_answer(head[:SNIFF_BYTES], upstream.pool.name, upstream.replica.url)
+
     def _finish(self, plan: Plan, upstream: Upstream, observation: Observation, status: int,
                 overhead: float) -> None:
         try:
-            if plan.endpoint == "responses" and observation.response_id is not None and stored(plan.body):
-                self.holders.remember(observation.response_id, upstream.pool.name, upstream.replica.url)
             # observe before releasing: attribution windows close only when nothing is in flight
             self.recorder.finish(plan, upstream, observation, status, overhead)
         except Exception:  # the answer has gone; only what it would have taught us is lost
@@ -224,6 +231,7 @@ class Proxy:
             async for events in relay_events(upstream.response.aiter_raw(), observation, strip_usage):
                 if observation.first_byte_at is None:
                     observation.first_byte_at = time.perf_counter()
+                    self._remember_holder(plan, upstream, events[0])
                 relayed += len(events)
                 yield b"".join(events)
             if observation.complete:

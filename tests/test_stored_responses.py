@@ -4,8 +4,10 @@ as directly. Real servers: the proxy under uvicorn, emulated pools with the stor
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +20,7 @@ import pytest
 from lab.servers import ServerProcess, ServerThread
 from proxy.app import create_app
 from proxy.config import PoolConfig, load_settings
+from proxy.observe import Observation
 from proxy.pools import Pool
 from proxy.stored_responses import (
     ResponseHolders,
@@ -87,7 +90,7 @@ def test_retrievals_and_follow_ups_reach_the_replica_that_stored_the_response() 
 
 @pytest.mark.parametrize("gated", [False, True], ids=["passed-through", "gated"])
 def test_a_stream_teaches_the_proxy_its_holder(gated: bool) -> None:
-    """Passed through, from its first event; gated, from the event that ends it."""
+    """From its first event, passed through or gated: before the client has the id."""
     with replicated(gated) as stack:
         client = openai.OpenAI(base_url=f"{stack.proxy.url}/v1", api_key="x", max_retries=0)
         with ThreadPoolExecutor(6) as pool:
@@ -108,6 +111,32 @@ def test_a_stream_teaches_the_proxy_its_holder(gated: bool) -> None:
             again = client.responses.retrieve(rid)
             assert again.id == rid and again.status in ("completed", "incomplete")
             assert again.output[0].content[0].text
+
+
+def test_a_gated_answer_names_its_holder_before_the_client_has_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The proxy reads an answer after it has gone (0.1-0.2 s at 10 MB with logprobs);
+    its holder is noted before, so a follow-up sent the moment the id arrives goes
+    straight to the replica that has the response."""
+    reading = threading.Event()
+    read = Observation.feed_answer
+
+    async def held_until_told(self: Observation, raw: bytes) -> None:
+        while not reading.is_set():
+            await asyncio.sleep(0.005)
+        await read(self, raw)
+
+    monkeypatch.setattr(Observation, "feed_answer", held_until_told)
+    with replicated(gate_responses=True) as stack:
+        try:
+            whole = stack.post("/v1/responses", input="a story", max_output_tokens=20)
+            assert whole.status_code == 200 and whole.headers["x-draftgate-route"] == "spec-off"
+            client = openai.OpenAI(base_url=f"{stack.proxy.url}/v1", api_key="x", max_retries=0)
+            streamed = list(client.responses.create(model=MODEL, input="another", max_output_tokens=20, stream=True))
+            assert len(stack.holders) == 2  # with neither answer read yet
+        finally:
+            reading.set()
+        for rid in (whole.json()["id"], streamed[0].response.id):
+            assert httpx.get(f"{stack.proxy.url}/v1/responses/{rid}").status_code == 200
 
 
 def test_responses_the_proxy_never_saw_are_found_by_asking_each_replica() -> None:
