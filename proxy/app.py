@@ -66,6 +66,10 @@ log = logging.getLogger("draftgate.proxy")
 VLLM_ROUTES_OUTSIDE_V1 = ("/tokenize", "/detokenize", "/version", "/pooling", "/classify", "/score", "/rerank",
                           "/v2/rerank")
 
+# how long stopping waits for the readings of answers already sent (0.1-0.3 s each at 10 MB);
+# within the 5 s the chart and compose file allow beyond graceful_shutdown_seconds
+SETTLING_GRACE_SECONDS = 2.0
+
 
 class Proxy:
     """Request handling; one instance per app."""
@@ -389,6 +393,8 @@ def create_app(settings: ProxySettings,
         try:
             yield
         finally:
+            if proxy.settling:  # answers still being read after their streams ended: their records are owed
+                await asyncio.wait(set(proxy.settling), timeout=SETTLING_GRACE_SECONDS)
             await proxy.monitor.stop()
             await proxy.client.aclose()
             proxy.upstream.close()

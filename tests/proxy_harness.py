@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -14,10 +16,12 @@ from typing import Any
 
 import httpx
 import openai
+import pytest
 
 from lab.servers import ServerThread
 from proxy.app import create_app
 from proxy.config import load_settings
+from proxy.observe import Observation
 from proxy.serving import uvicorn_options
 from tests.conftest import emulator
 
@@ -44,6 +48,22 @@ def metric_value(text: str, name: str, **labels: str) -> float:
         if all(f'{k}="{v}"' in line for k, v in labels.items()):
             total += float(line.rsplit(" ", 1)[1])
     return total
+
+
+def hold_answer_readings(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Make the in-process proxy's readings of whole answers (a body, or a Responses
+    stream's closing event) wait until the returned event is set: what the client
+    gets, and when, must not depend on them."""
+    release = threading.Event()
+    read = Observation.feed_answer
+
+    async def held(self: Observation, raw: bytes) -> None:
+        while not release.is_set():
+            await asyncio.sleep(0.005)
+        await read(self, raw)
+
+    monkeypatch.setattr(Observation, "feed_answer", held)
+    return release
 
 
 def wait_until(condition: Callable[[], bool], seconds: float = 5.0) -> bool:

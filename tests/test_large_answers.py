@@ -12,15 +12,19 @@ import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from prometheus_client import generate_latest
 
 from policy.structure import TextParts, chat_completion
 from proxy import large_answers
+from proxy.app import create_app
 from proxy.large_answers import (LARGE_ANSWER_BYTES, answer_skeleton, answer_skeleton_in_turns, responses_answer,
                                  responses_answer_in_turns)
 from proxy.observe import Observation
 from proxy.relay import relay_events
 from proxy.turns import at_once as run_at_once
-from tests.proxy_harness import metric_value, stack, wait_until
+from tests.conftest import emulator
+from tests.proxy_harness import (hold_answer_readings, metric_value, proxy_server, proxy_settings, stack,
+                                  wait_until)
 
 MODEL = "Qwen/Qwen3-32B"
 
@@ -260,15 +264,7 @@ def test_a_responses_streams_end_reaches_the_client_before_its_answer_is_read(
     """The event that ends a Responses stream holds the whole response again: with
     logprobs 10 MB, read in 0.1-0.2 s. The stream ends for the client first; the
     reading, the recording and the replica's release follow."""
-    client_has_the_end = threading.Event()
-    read = Observation.feed_answer
-
-    async def once_the_client_has_the_end(self: Observation, raw: bytes) -> None:
-        while not client_has_the_end.is_set():
-            await asyncio.sleep(0.005)
-        await read(self, raw)
-
-    monkeypatch.setattr(Observation, "feed_answer", once_the_client_has_the_end)
+    client_has_the_end = hold_answer_readings(monkeypatch)
     with stack(63, gate_responses=True) as s:
         body = {"model": MODEL, "input": "tell me a story", "max_output_tokens": 40, "temperature": 0,
                 "stream": True}
@@ -280,6 +276,24 @@ def test_a_responses_streams_end_reaches_the_client_before_its_answer_is_read(
         generated = json.loads(last)["response"]["usage"]["output_tokens"]
         assert wait_until(lambda: output_tokens_counted(s.proxy.url) == generated)
         assert wait_until(lambda: proxy_inflight(s.proxy.url) == 0)
+
+
+def test_stopping_waits_for_answers_still_being_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stream that has ended for its client may still be being read when the proxy
+    is told to stop: stopping waits for that reading, so its tokens are counted."""
+    reading = hold_answer_readings(monkeypatch)
+    with emulator(63, True) as on, emulator(63, False) as off:
+        app = create_app(proxy_settings(on.url, off.url, gate_responses=True))
+        with proxy_server(app) as proxy:
+            body = {"model": MODEL, "input": "tell me a story", "max_output_tokens": 40, "temperature": 0,
+                    "stream": True}
+            with httpx.stream("POST", f"{proxy.url}/v1/responses", timeout=5, json=body) as events:
+                last = events.read().decode().rstrip().rpartition("\ndata: ")[2]
+            threading.Timer(0.3, reading.set).start()  # once the proxy has been told to stop
+    generated = json.loads(last)["response"]["usage"]["output_tokens"]
+    text = generate_latest(app.state.proxy.gk.metrics.registry).decode()
+    counted = sum(metric_value(text, "draftgate_output_tokens_total", pool="spec-off", token_class=c) for c in "srf")
+    assert generated > 0 and counted == generated
 
 
 def proxy_inflight(url: str) -> float:

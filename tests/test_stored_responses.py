@@ -4,10 +4,8 @@ as directly. Real servers: the proxy under uvicorn, emulated pools with the stor
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +18,6 @@ import pytest
 from lab.servers import ServerProcess, ServerThread
 from proxy.app import create_app
 from proxy.config import PoolConfig, load_settings
-from proxy.observe import Observation
 from proxy.pools import Pool
 from proxy.stored_responses import (
     ResponseHolders,
@@ -28,7 +25,7 @@ from proxy.stored_responses import (
     stored_response_id,
 )
 from tests.conftest import emulator
-from tests.proxy_harness import proxy_server
+from tests.proxy_harness import hold_answer_readings, proxy_server
 
 MODEL = "Qwen/Qwen3-32B"
 
@@ -117,15 +114,7 @@ def test_a_gated_answer_names_its_holder_before_the_client_has_it(monkeypatch: p
     """The proxy reads an answer after it has gone (0.1-0.2 s at 10 MB with logprobs);
     its holder is noted before, so a follow-up sent the moment the id arrives goes
     straight to the replica that has the response."""
-    reading = threading.Event()
-    read = Observation.feed_answer
-
-    async def held_until_told(self: Observation, raw: bytes) -> None:
-        while not reading.is_set():
-            await asyncio.sleep(0.005)
-        await read(self, raw)
-
-    monkeypatch.setattr(Observation, "feed_answer", held_until_told)
+    reading = hold_answer_readings(monkeypatch)
     with replicated(gate_responses=True) as stack:
         try:
             whole = stack.post("/v1/responses", input="a story", max_output_tokens=20)
