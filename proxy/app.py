@@ -66,10 +66,6 @@ log = logging.getLogger("draftgate.proxy")
 VLLM_ROUTES_OUTSIDE_V1 = ("/tokenize", "/detokenize", "/version", "/pooling", "/classify", "/score", "/rerank",
                           "/v2/rerank")
 
-# how long stopping waits for the readings of answers already sent (0.1-0.3 s each at 10 MB);
-# within the 5 s the chart and compose file allow beyond graceful_shutdown_seconds
-SETTLING_GRACE_SECONDS = 2.0
-
 
 class Proxy:
     """Request handling; one instance per app."""
@@ -89,8 +85,6 @@ class Proxy:
         self.holders = ResponseHolders(settings.response_holders_capacity)
         self.pass_through = PassThrough(self.gk, self.upstream, self.catalog, self.holders)
         self.shutdown = Shutdown(self.upstream)
-        # readings of answers whose streams have ended, held so the loop does not drop them midway
-        self.settling: set[asyncio.Task[None]] = set()
         self.recorder.warn_if_attribution_unsound()
 
     # ------------------------------------------------------------ gated routes
@@ -262,10 +256,7 @@ class Proxy:
             else:
                 # the stream's end goes to the client once this generator returns, and that
                 # must not wait for a 10 MB reading; the task releases the replica when done
-                task = asyncio.get_running_loop().create_task(self._settle(plan, upstream, observation, status,
-                                                                           overhead))
-                self.settling.add(task)
-                task.add_done_callback(self.settling.discard)
+                self.shutdown.settle_later(self._settle(plan, upstream, observation, status, overhead))
 
     # ------------------------------------------------------------ checks
 
@@ -393,8 +384,7 @@ def create_app(settings: ProxySettings,
         try:
             yield
         finally:
-            if proxy.settling:  # answers still being read after their streams ended: their records are owed
-                await asyncio.wait(set(proxy.settling), timeout=SETTLING_GRACE_SECONDS)
+            await proxy.shutdown.wait_for_settling()
             await proxy.monitor.stop()
             await proxy.client.aclose()
             proxy.upstream.close()
