@@ -54,7 +54,6 @@ class Shutdown:
         log.info("shutting down: requests in flight have %.1f s to finish", delay)
         asyncio.get_running_loop().call_later(delay, self.upstream.abort_all, UpstreamAborted(SHUTTING_DOWN))
 
-
     def settle_later(self, settling: Coroutine[Any, Any, None]) -> None:
         """Run the reading and recording of an answer already sent, in a task that stopping waits for."""
         task = asyncio.get_running_loop().create_task(settling)

@@ -291,8 +291,7 @@ def test_stopping_waits_for_answers_still_being_read(monkeypatch: pytest.MonkeyP
                 last = events.read().decode().rstrip().rpartition("\ndata: ")[2]
             threading.Timer(0.3, reading.set).start()  # once the proxy has been told to stop
     generated = json.loads(last)["response"]["usage"]["output_tokens"]
-    text = generate_latest(app.state.proxy.gk.metrics.registry).decode()
-    counted = sum(metric_value(text, "draftgate_output_tokens_total", pool="spec-off", token_class=c) for c in "srf")
+    counted = output_tokens_in(generate_latest(app.state.proxy.gk.metrics.registry).decode())
     assert generated > 0 and counted == generated
 
 
@@ -302,8 +301,11 @@ def proxy_inflight(url: str) -> float:
 
 def output_tokens_counted(url: str) -> float:
     """Recorded once an answer has gone to the client: a moment later."""
-    text = httpx.get(f"{url}/metrics").text
-    return sum(metric_value(text, "draftgate_output_tokens_total", pool="spec-off", token_class=c) for c in "srf")
+    return output_tokens_in(httpx.get(f"{url}/metrics").text)
+
+
+def output_tokens_in(metrics: str) -> float:
+    return sum(metric_value(metrics, "draftgate_output_tokens_total", pool="spec-off", token_class=c) for c in "srf")
 
 
 def test_a_large_responses_answer_through_the_proxy_is_measured_in_full() -> None:
