@@ -250,6 +250,7 @@ HOSTILE: list[Any] = [
     {"chat_template_kwargs": [1, 2], "reasoning_effort": 3},
     {"tools": [{"function": {"name": "x", "parameters": {"type": "array", "minItems": 1e308, "items": {}}}}],
      "tool_choice": "required"},
+    {"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "string", "maxLength": 10**400}}}},
 ]
 
 
@@ -339,7 +340,7 @@ schema_keys = st.sampled_from(["type", "properties", "items", "enum", "$ref", "a
                                "description", "const", "additionalProperties", "prefixItems", "minItems",
                                "maxItems", "maxLength", "format", "$defs"]) | st.text(max_size=8)
 schema_values = st.recursive(
-    st.none() | st.booleans() | st.floats(allow_nan=True) | st.integers() | st.sampled_from(
+    st.none() | st.booleans() | numbers | st.sampled_from(
         ["object", "array", "string", "number", "integer", "boolean", "null", "#/$defs/x", "#"]),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(schema_keys, children, max_size=6),
     max_leaves=40,

@@ -237,7 +237,8 @@ def _number(value: Any) -> float | None:
     """A non-negative bound from the schema, capped: clients can write 1e308."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         return None
-    return min(float(value), 10_000.0) if value >= 0 else None
+    # capped before the conversion: float() of an integer past float range raises
+    return float(min(value, 10_000)) if value >= 0 else None
 
 
 def _compact(value: Any) -> str:
