@@ -3,14 +3,17 @@ the gate and the proxy read."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 _MAX_OUTPUTS = 4096  # counted per prompt: n comes from clients, and the arithmetic must stay finite
 
 
-@dataclass(frozen=True, slots=True)
-class ClassTokens:
+# Named tuples, not frozen dataclasses: both are immutable, but a frozen
+# dataclass sets each field through object.__setattr__, and building the
+# estimate that way cost a quarter of parsing the request it describes.
+
+
+class ClassTokens(NamedTuple):
     s: float = 0.0
     r: float = 0.0
     f: float = 0.0
@@ -23,8 +26,7 @@ class ClassTokens:
         return {"s": self.s, "r": self.r, "f": self.f}
 
 
-@dataclass(frozen=True, slots=True)
-class StructureEstimate:
+class StructureEstimate(NamedTuple):
     """What the gate knows of a request's output before it runs."""
 
     w_s: float
