@@ -1,5 +1,6 @@
 # draftgate: the proxy (and, for laptops, the vLLM emulator) in one small image.
-FROM python:3.11-slim AS build
+# the full image: its compiler builds the C speedups (policy/structure/_speedups.c)
+FROM python:3.11 AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY policy policy

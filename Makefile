@@ -10,7 +10,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(STAMP): $(BIN)/python pyproject.toml
+$(STAMP): $(BIN)/python pyproject.toml policy/structure/_speedups.c
 	$(BIN)/pip install --quiet -e '.[test,plot]'
 	touch $(STAMP)
 

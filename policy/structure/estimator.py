@@ -18,11 +18,10 @@ from policy.structure.length import bounded
 from policy.structure.priors import DEFAULT_PRIORS, StructurePriors
 from policy.structure.relevance import unrelated_to_tools
 from policy.structure.sampling import NO_DEFAULTS, SamplingDefaults, effective, speculation_blockers
-from policy.structure.schema_length import SchemaWalk, expected_json_chars
+from policy.structure.schema_length import NO_PARAMETERS, SchemaWalk, expected_json_chars, presized_tools
 from policy.vllm_fields import as_bool, as_int, prompts_of
 
 Endpoint = Literal["chat", "completions"]
-_NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}  # read, never written
 # a call's JSON beyond its name and arguments: as a model writes it unforced,
 # {"name": "", "arguments": }; as vLLM's grammar for tool_choice=required writes it,
 # {"name": "", "parameters": } and the comma after it
@@ -335,17 +334,22 @@ def _argument_chars(tools: list[Any], draft: _Draft) -> dict[str, float]:
     p = draft.priors
     chars: dict[str, float] = {}
     skipped = 0
-    walk = SchemaWalk(p, None)
-    for tool in tools[: p.max_tools]:
+    walk: SchemaWalk | None = None
+    presized = presized_tools(tools, p)
+    for i, tool in enumerate(tools[: p.max_tools]):
+        if presized is not None and (sized := presized[i]) is not None:
+            chars[sized[0]] = sized[1]
+            continue
         fn = tool.get("function") if isinstance(tool, dict) else None
         name = fn.get("name") if isinstance(fn, dict) else None
         if not isinstance(name, str) or not name:
             skipped += 1
             continue
-        params = fn.get("parameters", _NO_PARAMETERS)
+        params = fn.get("parameters", NO_PARAMETERS)
         if not isinstance(params, dict):
             draft.note(f"tool {name[:60]!r}: parameters is not an object, sized from priors")
             params = {}
+        walk = walk or SchemaWalk(p, None)
         walk.reset(params)
         chars[name] = walk.chars(params)
         if walk.notes:

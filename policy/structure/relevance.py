@@ -6,15 +6,19 @@ tools' names and descriptions makes a call unlikely.
 
 A word is a run of four or more ASCII letters, case folded, compared on its
 first five letters (a crude stem: "discovered" meets "discoverer"). The test
-runs on every request with tools, beside parsing the body, so it is done in C
-where it can be: ``bytes.translate`` folds case and turns every other byte into
-a space, and each stem is then a substring search for ``" stem"`` (a five-letter
-stem starts a word) or ``" stem "`` (a four-letter word is itself).
+runs on every request with tools, beside parsing the body, so the C speedups
+(``speedups.py``) answer it when they are built. This Python is the definition
+they follow, and leans on C where it can: ``bytes.translate`` folds case and
+turns every other byte into a space, and each stem is then a substring search
+for ``" stem"`` (a five-letter stem starts a word) or ``" stem "`` (a
+four-letter word is itself).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from policy.structure.speedups import native
 
 # A-Z folded to a-z, a-z kept, every other byte (digits, punctuation, "_", UTF-8) a space.
 _FOLD = bytes(c + 32 if 65 <= c <= 90 else c if 97 <= c <= 122 else 32 for c in range(256))
@@ -56,6 +60,10 @@ def unrelated_to_tools(messages: Any, tools: list[Any]) -> bool:
     text = last_user_text(messages)
     if text is None:
         return False
+    if native is not None and type(tools) is list:
+        answer = native.shares_no_word(text, tools, (_QUESTION_CHARS, _DESCRIPTION_CHARS, _MAX_TOOLS), _STOP_STEMS)
+        if answer is not None:
+            return answer
     stems = question_stems(text)
     if not stems:
         return False

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policy.structure.priors import StructurePriors
+from policy.structure.speedups import native
 
 _FORMAT_CHARS = {
     "date": 10, "date-time": 25, "time": 8, "email": 20, "uri": 35, "url": 35,
@@ -22,6 +23,8 @@ _FORMAT_CHARS = {
 _PLAIN_KEYS = frozenset({"type", "description", "title", "default", "examples", "example"})
 # Keys that decide a node's size before its "type" does.
 _SHAPING_KEYS = frozenset({"$ref", "const", "enum", "anyOf", "oneOf", "allOf"})
+# the schema of a tool that declares no parameters: read, never written
+NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 _TYPE_ALIASES = {"dict": "object", "float": "number", "int": "integer", "bool": "boolean",
                  "str": "string", "list": "array", "tuple": "array"}
 
@@ -40,7 +43,7 @@ class SchemaWalk:
     optional_share: float = field(init=False, default=0.0)
 
     def __post_init__(self) -> None:
-        self.leaf = _leaf_sizes(self.priors)
+        self.leaf = _tables(self.priors)[1]
         # read once per walk, not once per property
         self.max_nodes = self.priors.max_schema_nodes
         self.optional_share = self.priors.optional_property_share
@@ -194,23 +197,36 @@ class SchemaWalk:
             self.resolving.discard(ref)
 
 
+def presized_tools(tools: list[Any], priors: StructurePriors) -> list[Any] | None:
+    """For each of the first ``max_tools`` tools, ``(name, expected argument characters)``
+    as ``SchemaWalk`` would give them, or None where it must walk that tool itself
+    (there is something to note); None when the C speedups are not built."""
+    if native is None:
+        return None
+    return native.size_tools(tools, priors.max_tools, *_tables(priors)[2])
+
+
 # Keyed by identity: hashing a pydantic model field by field costs more than a
 # whole walk of a small tool schema. Priors are frozen and few (one per config).
-_LEAF_SIZES: dict[int, tuple[StructurePriors, dict[Any, float]]] = {}
+_TABLES: dict[int, tuple[StructurePriors, dict[Any, float], tuple[Any, Any]]] = {}
 
 
-def _leaf_sizes(priors: StructurePriors) -> dict[Any, float]:
-    cached = _LEAF_SIZES.get(id(priors))
+def _tables(priors: StructurePriors) -> tuple[StructurePriors, dict[Any, float], tuple[Any, Any]]:
+    """The priors' leaf sizes, and the arguments the C walk takes with them."""
+    cached = _TABLES.get(id(priors))
     if cached is not None and cached[0] is priors:
-        return cached[1]
+        return cached
     string = priors.string_value_chars + 2.0
     number = priors.number_value_chars
     sizes = {"string": string, "str": string, "integer": number, "int": number, "number": number,
              "float": number, "boolean": 4.5, "bool": 4.5, "null": 4.0}
-    if len(_LEAF_SIZES) >= 8:
-        _LEAF_SIZES.clear()
-    _LEAF_SIZES[id(priors)] = (priors, sizes)
-    return sizes
+    tables = (sizes, _PLAIN_KEYS, _SHAPING_KEYS, _TYPE_ALIASES, _FORMAT_CHARS, NO_PARAMETERS)
+    numbers = (priors.string_value_chars, priors.number_value_chars, priors.optional_property_share,
+               priors.open_object_keys, priors.array_items, priors.max_schema_nodes, priors.max_schema_depth)
+    if len(_TABLES) >= 8:
+        _TABLES.clear()
+    _TABLES[id(priors)] = cached = (priors, sizes, (tables, numbers))
+    return cached
 
 
 def expected_json_chars(schema: Any, priors: StructurePriors) -> tuple[float, set[str]]:
