@@ -127,5 +127,5 @@ def test_long_texts_are_cut_where_the_python_cuts_them() -> None:
     near = [{"type": "function", "function": {"name": "f", "description": "y" * 199 + " neutron"}}]
     for q, tools in ((question, near), ("neutron", near), ("Neutrons?", near)):
         assert native.shares_no_word(q, tools, (2000, 200, 512), relevance._STOP_STEMS) == python_unrelated(q, tools)
-    assert python_unrelated("neutron", near) is True and python_unrelated("Neutrons?", near[:0] + [
-        {"type": "function", "function": {"name": "get_neutrons"}}]) is False
+    assert python_unrelated("neutron", near) is True
+    assert python_unrelated("Neutrons?", [{"type": "function", "function": {"name": "get_neutrons"}}]) is False

@@ -229,15 +229,12 @@ static double walk_typed(Walk *w, PyObject *schema, Py_ssize_t depth)
         }
         kind = first;
     }
-    if (kind == NULL || !PyUnicode_CheckExact(kind)) {
-        const char *guess = PyDict_Contains(schema, s_properties) == 1 ? "object"
-                            : PyDict_Contains(schema, s_items) == 1  ? "array"
-                                                                     : "string";
-        if (guess[0] == 'o')
+    if (kind == NULL || !PyUnicode_CheckExact(kind)) { /* no usable type: guessed from the keys */
+        if (PyDict_Contains(schema, s_properties) == 1)
             return walk_object(w, schema, depth);
-        if (guess[0] == 'a')
+        if (PyDict_Contains(schema, s_items) == 1)
             return walk_array(w, schema, depth);
-        kind = NULL;
+        kind = NULL; /* a string */
     }
     else {
         PyObject *alias = PyDict_GetItemWithError(w->aliases, kind);

@@ -9,7 +9,7 @@ guard on ``$ref``) because the schema comes from the client.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from policy.structure.priors import StructurePriors
 from policy.structure.speedups import native
@@ -43,7 +43,7 @@ class SchemaWalk:
     optional_share: float = field(init=False, default=0.0)
 
     def __post_init__(self) -> None:
-        self.leaf = _tables(self.priors)[1]
+        self.leaf = _tables(self.priors).leaf_sizes
         # read once per walk, not once per property
         self.max_nodes = self.priors.max_schema_nodes
         self.optional_share = self.priors.optional_property_share
@@ -203,18 +203,23 @@ def presized_tools(tools: list[Any], priors: StructurePriors) -> list[Any] | Non
     (there is something to note); None when the C speedups are not built."""
     if native is None:
         return None
-    return native.size_tools(tools, priors.max_tools, *_tables(priors)[2])
+    return native.size_tools(tools, priors.max_tools, *_tables(priors).c_arguments)
+
+
+class _PriorTables(NamedTuple):
+    priors: StructurePriors
+    leaf_sizes: dict[Any, float]
+    c_arguments: tuple[Any, Any]  # the tables and numbers the C walk takes
 
 
 # Keyed by identity: hashing a pydantic model field by field costs more than a
 # whole walk of a small tool schema. Priors are frozen and few (one per config).
-_TABLES: dict[int, tuple[StructurePriors, dict[Any, float], tuple[Any, Any]]] = {}
+_TABLES: dict[int, _PriorTables] = {}
 
 
-def _tables(priors: StructurePriors) -> tuple[StructurePriors, dict[Any, float], tuple[Any, Any]]:
-    """The priors' leaf sizes, and the arguments the C walk takes with them."""
+def _tables(priors: StructurePriors) -> _PriorTables:
     cached = _TABLES.get(id(priors))
-    if cached is not None and cached[0] is priors:
+    if cached is not None and cached.priors is priors:
         return cached
     string = priors.string_value_chars + 2.0
     number = priors.number_value_chars
@@ -225,7 +230,7 @@ def _tables(priors: StructurePriors) -> tuple[StructurePriors, dict[Any, float],
                priors.open_object_keys, priors.array_items, priors.max_schema_nodes, priors.max_schema_depth)
     if len(_TABLES) >= 8:
         _TABLES.clear()
-    _TABLES[id(priors)] = cached = (priors, sizes, (tables, numbers))
+    _TABLES[id(priors)] = cached = _PriorTables(priors, sizes, (tables, numbers))
     return cached
 
 
