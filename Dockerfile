@@ -1,5 +1,5 @@
 # draftgate: the proxy (and, for laptops, the vLLM emulator) in one small image.
-# the full image: its compiler builds the C speedups (policy/structure/_speedups.c)
+# the full image: its compiler builds the C speedups (policy/structure/csrc/)
 FROM python:3.11 AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./

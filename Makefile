@@ -10,7 +10,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(STAMP): $(BIN)/python pyproject.toml policy/structure/_speedups.c
+$(STAMP): $(BIN)/python pyproject.toml $(wildcard policy/structure/csrc/*)
 	$(BIN)/pip install --quiet -e '.[test,plot]'
 	touch $(STAMP)
 

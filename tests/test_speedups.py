@@ -1,9 +1,10 @@
 """The C speedups give the Python's answers (policy/structure/speedups.py).
 
-The Python walk and relevance test are the definition; the C may hand any
-case back (None) but must never answer differently. The C is also required to
-be built here: CI has a compiler, and a silently missing extension would leave
-the estimate three times slower with nothing failing.
+The Python walk, relevance test, conversation reading and shape text are the
+definition; the C may hand any case back (None) but must never answer
+differently, and whole estimates with and without it are the same. The C is
+also required to be built here: CI has a compiler, and a silently missing
+extension would leave the estimate three times slower with nothing failing.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policy.structure import DEFAULT_PRIORS, StructurePriors, estimate, relevance
-from policy.structure.schema_length import NO_PARAMETERS, SchemaWalk, presized_tools
+from policy.structure import DEFAULT_PRIORS, QWEN3_DEFAULTS, StructurePriors, estimate, estimator, learner, relevance
+from policy.structure.schema_length import NO_PARAMETERS, SchemaWalk, presized_tools, sizer_for
 from policy.structure.speedups import native
-from tests.test_structure import json_values, schema_values
+from tests.test_structure import json_values, request_keys, schema_values
 
 SAMPLE = Path(__file__).parents[1] / "lab" / "workloads" / "bfcl_sample.jsonl"
 TIGHT = StructurePriors(max_schema_depth=3, max_schema_nodes=10, optional_property_share=0.0)
@@ -107,18 +109,16 @@ tool_texts = st.lists(st.fixed_dictionaries({}, optional={"name": words | st.int
 @given(words.filter(bool), tool_texts)
 def test_fuzz_the_relevance_test_answers_alike(question: str, functions: list[dict[str, Any]]) -> None:
     tools = [{"type": "function", "function": fn} for fn in functions]
-    answer = native.shares_no_word(question, tools, (relevance._QUESTION_CHARS, relevance._DESCRIPTION_CHARS,
-                                                     relevance._MAX_TOOLS), relevance._STOP_STEMS)
-    assert answer == python_unrelated(question, tools)
+    assert relevance._WORD_TEST.shares_no_word(question, tools) == python_unrelated(question, tools)
 
 
 def python_unrelated(question: str, tools: list[Any]) -> bool:
-    saved = relevance.native
-    relevance.native = None
+    saved = relevance._WORD_TEST
+    relevance._WORD_TEST = None
     try:
         return relevance.unrelated_to_tools([{"role": "user", "content": question}], tools)
     finally:
-        relevance.native = saved
+        relevance._WORD_TEST = saved
 
 
 def test_long_texts_are_cut_where_the_python_cuts_them() -> None:
@@ -126,6 +126,107 @@ def test_long_texts_are_cut_where_the_python_cuts_them() -> None:
     question = "x" * 2000 + " neutron"
     near = [{"type": "function", "function": {"name": "f", "description": "y" * 199 + " neutron"}}]
     for q, tools in ((question, near), ("neutron", near), ("Neutrons?", near)):
-        assert native.shares_no_word(q, tools, (2000, 200, 512), relevance._STOP_STEMS) == python_unrelated(q, tools)
+        assert relevance._WORD_TEST.shares_no_word(q, tools) == python_unrelated(q, tools)
     assert python_unrelated("neutron", near) is True
     assert python_unrelated("Neutrons?", [{"type": "function", "function": {"name": "get_neutrons"}}]) is False
+
+
+def test_by_name_is_every_tool_sized_or_none() -> None:
+    rows = [json.loads(line) for line in SAMPLE.open()]
+    sizer = sizer_for(DEFAULT_PRIORS)
+    for tools in [r["request"]["tools"] for r in rows if r["request"].get("tools")] + [[WEATHER_TWICE, WEATHER]]:
+        arguments, call_chars = sizer.by_name(tools)
+        assert arguments == dict(sizer.size(tools))  # the last of a repeated name wins, at the first's place
+        assert call_chars == sum(len(name) + chars for name, chars in arguments.items())
+    assert sizer.by_name([tool({"$ref": "#/x"}), WEATHER]) is None  # one for the Python: all for the Python
+    assert sizer_for(StructurePriors(max_tools=1)).by_name([WEATHER, WEATHER]) is None  # the Python notes the cut
+
+
+WEATHER = tool({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}, name="weather")
+WEATHER_TWICE = tool({"type": "object", "properties": {"city": {"type": "string"}, "day": {"type": "string"}}},
+                     name="weather")
+
+
+def without_the_speedups(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From here on, the estimate and the shape digest run as they do where no C was built."""
+    monkeypatch.setattr(estimator, "_READER", None)
+    monkeypatch.setattr(estimator, "sizer_for", lambda priors: None)
+    monkeypatch.setattr(estimator, "_SETTINGS", {})
+    monkeypatch.setattr(estimator, "_last_setting", None)
+    monkeypatch.setattr(relevance, "_WORD_TEST", None)
+    monkeypatch.setattr(learner, "_SHAPE_TEXT", None)
+
+
+def python_read(conversation: Any) -> Any:
+    saved, estimator._READER = estimator._READER, None
+    try:
+        return estimator._read_conversation(conversation)
+    finally:
+        estimator._READER = saved
+
+
+messages = st.lists(
+    st.fixed_dictionaries({}, optional={
+        "role": st.sampled_from(["user", "assistant", "tool", "function", "system"]) | json_values,
+        "content": st.text(max_size=30) | st.lists(st.dictionaries(st.sampled_from(["type", "text"]), json_values,
+                                                                    max_size=2), max_size=3) | json_values,
+        "tool_calls": st.lists(json_values, max_size=3) | json_values,
+    }) | json_values,
+    max_size=70,
+) | json_values
+
+
+@settings(max_examples=300, deadline=None)
+@given(messages)
+def test_fuzz_the_conversation_is_read_alike(conversation: Any) -> None:
+    read = estimator._READER.read(conversation)
+    assert read is not None  # plain JSON never needs the Python
+    assert read == python_read(conversation)
+
+
+def test_the_last_64_messages_are_searched_for_tool_calls() -> None:
+    called = {"role": "assistant", "tool_calls": [{"id": "a"}]}
+    for padding, expected in ((63, True), (64, False)):
+        conversation = [called] + [{"role": "user", "content": "more"}] * padding
+        assert estimator._READER.read(conversation)[1] is expected
+        assert python_read(conversation)[1] is expected
+
+
+shape_bodies = st.dictionaries(
+    request_keys | st.sampled_from(["model", "guided_regex", "guided_choice", "guided_grammar"]),
+    json_values | st.lists(st.fixed_dictionaries({}, optional={"role": json_values}) | json_values, max_size=3),
+    max_size=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(shape_bodies, st.none() | st.sampled_from(["", "m"]), st.none() | st.floats(allow_nan=True))
+def test_fuzz_the_shape_text_is_written_alike(body: dict[str, Any], model: str | None,
+                                              temperature: float | None) -> None:
+    written = learner._SHAPE_TEXT.text(body, model, temperature)
+    try:
+        expected = learner.shape_text(body, model, temperature)
+    except TypeError:  # a structured_outputs with keys that do not sort: JSON keys always do
+        assert written is None
+        return
+    assert written == expected
+
+
+def estimates_and_shape_texts() -> list[tuple[Any, ...]]:
+    rows = [json.loads(line) for line in SAMPLE.open()]
+    bodies: list[Any] = [r["request"] for r in rows]
+    bodies += [dict(b, tool_choice="required", max_tokens=20, temperature=0.3) for b in bodies[:40]]
+    bodies += [dict(b, messages=b["messages"] * 40) for b in bodies[:10]]  # past the 64 turns searched
+    answers: list[tuple[Any, ...]] = []
+    for body in bodies:
+        for options in ({}, {"defaults": QWEN3_DEFAULTS, "context_tokens": 4096.0},
+                        {"priors": StructurePriors(thinking_by_default=True, max_tools=2)}):
+            answers.append(tuple(estimate(body, **options)))
+        text = None if learner._SHAPE_TEXT is None else learner._SHAPE_TEXT.text(body, None, None)
+        answers.append((text or learner.shape_text(body),))
+    return answers
+
+
+def test_estimates_are_the_same_with_and_without_the_speedups(monkeypatch: pytest.MonkeyPatch) -> None:
+    with_c = estimates_and_shape_texts()
+    without_the_speedups(monkeypatch)
+    assert estimates_and_shape_texts() == with_c  # exactly: reasons, floats and all

@@ -82,4 +82,4 @@ class StructureEstimate(NamedTuple):
 
 def outputs_of(n: int, prompts: int) -> int:
     """The outputs a request makes: ``n`` for each prompt (bounded: ``n`` comes from clients)."""
-    return min(n, _MAX_OUTPUTS) * prompts
+    return (n if n < _MAX_OUTPUTS else _MAX_OUTPUTS) * prompts

@@ -9,16 +9,19 @@ cannot be understood is ignored and named in the reasons, never raised.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import Any, Literal, NamedTuple
 
 from policy.structure.constraints import LEGACY_GUIDED, legacy_guided_fields, named_function, structured_constraint
 from policy.structure.estimates import ClassTokens, StructureEstimate, outputs_of
 from policy.structure.length import bounded
 from policy.structure.priors import DEFAULT_PRIORS, StructurePriors
-from policy.structure.relevance import unrelated_to_tools
-from policy.structure.sampling import NO_DEFAULTS, SamplingDefaults, effective, speculation_blockers
-from policy.structure.schema_length import NO_PARAMETERS, SchemaWalk, expected_json_chars, presized_tools
+from policy.structure.relevance import question_unrelated
+from policy.structure.sampling import (
+    NO_DEFAULTS, SAMPLING_FIELDS, SamplingDefaults, effective, speculation_blockers,
+)
+from policy.structure.schema_length import NO_PARAMETERS, SchemaWalk, expected_json_chars, sizer_for
+from policy.structure.speedups import native
 from policy.vllm_fields import as_bool, as_int, prompts_of
 
 Endpoint = Literal["chat", "completions"]
@@ -29,23 +32,75 @@ _NATIVE_CALL_CHARS = 26.0
 _FORCED_CALL_CHARS = 30.0
 _THINKING_FIELDS = frozenset({"chat_template_kwargs", "reasoning_effort", "enable_thinking", "include_reasoning"})
 _FORMAT_FIELDS = frozenset({"structured_outputs", "response_format"})
+# the fields that turn one of those readers on, or the speculation blockers' reading
+_SWITCHES = _THINKING_FIELDS | _FORMAT_FIELDS | frozenset(LEGACY_GUIDED) | SAMPLING_FIELDS
 _EFFORTS = {"low", "medium", "high"}
 _NO_THINKING_EFFORTS = {"none", "minimal"}
 
 
-@dataclass(slots=True)
-class _Draft:
-    """Accumulates the estimate while the signals are read."""
+class _Setting(NamedTuple):
+    """What an estimate would otherwise derive from its priors and the pool's defaults
+    on every request: the body is read each time, the configuration once."""
 
     priors: StructurePriors
-    reasons: list[str] = field(default_factory=list)
-    schema_tokens: float = 0.0
-    prose_tokens: float = 0.0
-    reasoning_tokens: float = 0.0
-    p_call: float = 0.0
-    constrained: bool = False
-    thinking: bool = False
-    reasoning_hidden: bool = False
+    defaults: SamplingDefaults
+    temperature: float  # for a body that sets none
+    temperature_note: str
+    default_blockers: tuple[str, ...]  # what the defaults alone keep vLLM from speculating on
+    sizer: Any  # the C schema walk for these priors, or None
+
+
+# Keyed by identity, as schema_length's tables are: priors and defaults are frozen
+# and few (one pair per configuration), and hashing them field by field costs more
+# than the estimate. The last one used is checked first.
+_SETTINGS: dict[tuple[int, int], _Setting] = {}
+_last_setting: _Setting | None = None
+
+
+def _setting(priors: StructurePriors, defaults: SamplingDefaults | None) -> _Setting:
+    global _last_setting
+    defaults = defaults or NO_DEFAULTS
+    last = _last_setting
+    if last is not None and last.priors is priors and last.defaults is defaults:
+        return last
+    cached = _SETTINGS.get((id(priors), id(defaults)))
+    if cached is None or cached.priors is not priors or cached.defaults is not defaults:
+        temperature = float(defaults.temperature)
+        cached = _Setting(
+            priors, defaults, temperature, f"temperature omitted: pool default {temperature:g} applies",
+            tuple(speculation_blockers({}, defaults, "chat", priors.speculation_blocked_by)),
+            sizer_for(priors))
+        if len(_SETTINGS) >= 8:
+            _SETTINGS.clear()
+        _SETTINGS[(id(priors), id(defaults))] = cached
+    _last_setting = cached
+    return cached
+
+
+# What the messages say, read in one pass: (the last message is a tool result, an
+# assistant turn among the last _RECENT_TURNS called tools, the last user message's
+# text or None, the prompt's characters). A plain tuple: the C reader builds it.
+Conversation = tuple[bool, bool, str | None, int]
+_NO_CONVERSATION: Conversation = (False, False, None, 0)
+_RECENT_TURNS = 64
+_CALL_CHARS = 80  # a tool call in the history, in the prompt
+_MESSAGE_CHARS = 12  # a message's role and the template's tags around it
+_READER = None if native is None else native.ConversationReader(_RECENT_TURNS, _CALL_CHARS, _MESSAGE_CHARS)
+
+
+class _Draft:
+    """Accumulates the estimate while the signals are read.
+
+    What most requests leave as it is stays on the class: a draft starts with two
+    attributes set, not nine, and it is made for every request.
+    """
+
+    schema_tokens = prose_tokens = reasoning_tokens = p_call = 0.0
+    constrained = thinking = reasoning_hidden = False
+
+    def __init__(self, priors: StructurePriors) -> None:
+        self.priors = priors
+        self.reasons: list[str] = []
 
     def note(self, reason: str) -> None:
         if len(self.reasons) < 32:
@@ -65,37 +120,44 @@ def estimate(
     ``context_tokens``: the model's ``max_model_len`` when the pools have said it,
     which bounds the output as vLLM does when the request sets no lower cap.
     """
-    defaults = defaults or NO_DEFAULTS
+    setting = _setting(priors, defaults)
+    defaults = setting.defaults
+    draft = _Draft(priors)
     if not isinstance(body, dict):
         body = {}
-        draft = _Draft(priors)
         draft.note("request body is not a JSON object: estimated as prose")
-    else:
-        draft = _Draft(priors)
-    # Only the signals a body carries are read: most carry few, and each read costs.
-    fields = body.keys()
-    if priors.thinking_by_default or not fields.isdisjoint(_THINKING_FIELDS):
+    # Only the signals a body carries are read: most carry none of these, and each read costs.
+    present = _SWITCHES.intersection(body)
+    conversation = _read_conversation(body.get("messages")) if endpoint == "chat" else _NO_CONVERSATION
+    if priors.thinking_by_default or (present and not present.isdisjoint(_THINKING_FIELDS)):
         _read_thinking(body, draft)
-    if fields.isdisjoint(_FORMAT_FIELDS) or not _read_output_format(body, draft):
+    if not present or present.isdisjoint(_FORMAT_FIELDS) or not _read_output_format(body, draft):
         if endpoint == "chat":
-            _read_tools(body, draft)
+            _read_tools(body, draft, conversation, setting.sizer)
         else:
             draft.prose_tokens = priors.prose_tokens
             draft.note("completions request: a raw prompt is answered in prose")
-    if not fields.isdisjoint(LEGACY_GUIDED):
+    if present and not present.isdisjoint(LEGACY_GUIDED):
         _read_legacy(body, draft)
-    temperature, from_default = effective(body, "temperature", defaults)
-    if from_default:
-        given = body.get("temperature")
-        draft.note(f"temperature omitted: pool default {temperature:g} applies" if given is None else
-                   f"temperature {str(given)[:24]!r} is not a finite number: pool default {temperature:g} assumed")
-    n = max(as_int(body.get("n")) or 1, 1)
+    given = body.get("temperature")
+    if given is None:
+        temperature, from_default = setting.temperature, True
+        draft.note(setting.temperature_note)
+    else:
+        temperature, from_default = effective(body, "temperature", defaults)
+        if from_default:
+            draft.note(f"temperature {str(given)[:24]!r} is not a finite number: pool default {temperature:g} assumed")
+    n = body.get("n")
+    n = 1 if n is None else max(as_int(n) or 1, 1)
     if n > 1:
         draft.note(f"n={n}: per-request speculation metrics are unavailable; plain pool preferred")
-    blockers = speculation_blockers(body, defaults, endpoint, priors.speculation_blocked_by)
+    if not present or present.isdisjoint(SAMPLING_FIELDS):
+        blockers: Sequence[str] = setting.default_blockers
+    else:
+        blockers = speculation_blockers(body, defaults, endpoint, priors.speculation_blocked_by)
     for blocker in blockers:
         draft.note(f"{blocker}: vLLM will not speculate on this request")
-    prompt_tokens = _prompt_tokens(body, endpoint, priors)
+    prompt_tokens = _prompt_tokens(body, endpoint, priors, conversation[3])
     prompts = len(prompts_of(body)) if endpoint == "completions" else 1
     sequences = outputs_of(n, prompts)
     if prompts > 1:
@@ -106,28 +168,19 @@ def estimate(
         room, sequences)
     for note in bounds:
         draft.note(note)
-    tokens = ClassTokens(s_tokens, r_tokens, f_tokens)
-    total = tokens.total
+    total = s_tokens + r_tokens + f_tokens
     if total <= 0:
-        ws, wr, wf = 0.0, 0.0, 1.0
+        w_s, w_r, w_f = 0.0, 0.0, 1.0
     else:
-        ws, wr = tokens.s / total, tokens.r / total
-        wf = max(0.0, 1.0 - ws - wr)
-    return StructureEstimate(
-        w_s=ws, w_r=wr, w_f=wf,
-        expected_tokens=tokens,
-        reasons=tuple(draft.reasons),
-        temperature=temperature,
-        temperature_from_default=from_default,
-        n=n,
-        speculation_blockers=tuple(blockers),
-        p_tool_call=draft.p_call,
-        prompt_tokens=prompt_tokens,
-        constrained=draft.constrained,
-        thinking=draft.thinking,
-        prompts=prompts,
-        reasoning_hidden=draft.reasoning_hidden,
-    )
+        w_s, w_r = s_tokens / total, r_tokens / total
+        w_f = 1.0 - w_s - w_r
+        w_f = w_f if w_f > 0.0 else 0.0  # max(0.0, w_f), without the call
+    # fields in order, from a tuple: binding fifteen arguments costs a tenth of parsing the body
+    return StructureEstimate._make((
+        w_s, w_r, w_f, ClassTokens(s_tokens, r_tokens, f_tokens), tuple(draft.reasons), temperature, from_default,
+        n, tuple(blockers), draft.p_call, prompt_tokens, draft.constrained, draft.thinking, prompts,
+        draft.reasoning_hidden,
+    ))
 
 
 # ------------------------------------------------------------------ signals
@@ -231,11 +284,10 @@ def _read_output_format(body: dict[str, Any], draft: _Draft) -> bool:
     return False
 
 
-def _read_tools(body: dict[str, Any], draft: _Draft) -> None:
+def _read_tools(body: dict[str, Any], draft: _Draft, conversation: Conversation, sizer: Any) -> None:
     p = draft.priors
     tools = body.get("tools")
-    messages = body.get("messages")
-    after_tool, agent_called = _conversation(messages)
+    after_tool, agent_called, question, _ = conversation
     prose = p.prose_after_tool_tokens if after_tool else p.prose_tokens
     if tools is None or tools == []:
         draft.prose_tokens = prose
@@ -245,7 +297,14 @@ def _read_tools(body: dict[str, Any], draft: _Draft) -> None:
         draft.prose_tokens = prose
         draft.note("tools is not a list: ignored, estimated as prose")
         return
-    arguments = _argument_chars(tools, draft)
+    sized = None if sizer is None else sizer.by_name(tools)
+    if sized is not None:
+        arguments, call_chars = sized  # the C sized every tool: nothing to note
+    else:
+        arguments = _argument_chars(tools, draft, None if sizer is None else sizer.size(tools))
+        call_chars = 0.0
+        for tool_name, chars in arguments.items():
+            call_chars += len(tool_name) + chars
     if not arguments:
         draft.prose_tokens = prose
         draft.note("no usable tool definitions (each needs function.name): estimated as prose")
@@ -255,7 +314,7 @@ def _read_tools(body: dict[str, Any], draft: _Draft) -> None:
     calls = 1.0 + (p.extra_parallel_calls if parallel else 0.0)
     per_token = p.json_chars_per_token
     # the name and arguments of a call, on average over the tools offered
-    mean_chars = sum(len(name) + chars for name, chars in arguments.items()) / len(arguments)
+    mean_chars = call_chars / len(arguments)
     if choice == "none":
         draft.prose_tokens = prose
         draft.note("tool_choice=none: tools are offered but not callable, prose")
@@ -283,7 +342,7 @@ def _read_tools(body: dict[str, Any], draft: _Draft) -> None:
     if choice != "auto":
         draft.note(f"tool_choice {str(choice)[:40]!r} not understood: treated as auto")
     p_call = p.p_call_after_tool if after_tool else p.p_call_auto
-    unrelated = not after_tool and unrelated_to_tools(messages, tools)
+    unrelated = not after_tool and question_unrelated(question, tools)
     if unrelated:
         p_call = p.p_call_unrelated
         draft.note("the user's words share none with the tools' names and descriptions: a call is unlikely")
@@ -329,13 +388,13 @@ def _read_legacy(body: dict[str, Any], draft: _Draft) -> None:
 # ------------------------------------------------------------------ helpers
 
 
-def _argument_chars(tools: list[Any], draft: _Draft) -> dict[str, float]:
-    """Each usable tool's expected arguments, in characters of JSON, by name."""
+def _argument_chars(tools: list[Any], draft: _Draft, presized: list[Any] | None) -> dict[str, float]:
+    """Each usable tool's expected arguments, in characters of JSON, by name;
+    ``presized``: what the C walk sized (``schema_length.presized_tools``), or None."""
     p = draft.priors
     chars: dict[str, float] = {}
     skipped = 0
     walk: SchemaWalk | None = None
-    presized = presized_tools(tools, p)
     for i, tool in enumerate(tools[: p.max_tools]):
         if presized is not None and (sized := presized[i]) is not None:
             chars[sized[0]] = sized[1]
@@ -370,21 +429,42 @@ def _schema_tokens(schema: dict[str, Any], draft: _Draft) -> float:
     return max(1.0, chars / draft.priors.json_chars_per_token)
 
 
-def _conversation(messages: Any) -> tuple[bool, bool]:
-    """(last message is a tool result, an earlier assistant turn called tools)."""
+def _read_conversation(messages: Any) -> Conversation:
+    """The messages read once, for everything the estimate asks of them (by the C
+    reader where it is built: agents resend long histories, and this runs on each)."""
+    if _READER is not None and (read := _READER.read(messages)) is not None:
+        return read
     if not isinstance(messages, list) or not messages:
-        return False, False
+        return _NO_CONVERSATION
+    chars = 0
+    agent_called = False
+    question = None
+    recent = len(messages) - _RECENT_TURNS
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            continue
+        role = m.get("role")
+        content = m.get("content")
+        if isinstance(content, str):
+            chars += len(content)
+        elif isinstance(content, list):
+            chars += sum(len(str(part.get("text", ""))) for part in content if isinstance(part, dict))
+        calls = m.get("tool_calls")
+        if isinstance(calls, list):
+            chars += _CALL_CHARS * len(calls)
+        chars += _MESSAGE_CHARS
+        if role == "user":
+            question = content
+        elif role == "assistant" and calls and i >= recent:
+            agent_called = True
     last = messages[-1]
     after_tool = isinstance(last, dict) and last.get("role") in ("tool", "function")
-    agent_called = any(
-        isinstance(m, dict) and m.get("role") == "assistant" and m.get("tool_calls")
-        for m in messages[-64:]
-    )
-    return after_tool, agent_called
+    return after_tool, agent_called, question if isinstance(question, str) and question else None, chars
 
 
-def _prompt_tokens(body: dict[str, Any], endpoint: Endpoint, priors: StructurePriors) -> float:
-    """A cheap size of the prompt: characters over a ratio, never a tokenizer; token ids as they are."""
+def _prompt_tokens(body: dict[str, Any], endpoint: Endpoint, priors: StructurePriors, message_chars: int) -> float:
+    """A cheap size of the prompt: characters over a ratio, never a tokenizer; token ids as they are.
+    ``message_chars``: a chat request's messages, as ``_read_conversation`` sized them."""
     chars = ids = 0
     if endpoint == "completions":
         prompt = body.get("prompt")
@@ -399,20 +479,8 @@ def _prompt_tokens(body: dict[str, Any], endpoint: Endpoint, priors: StructurePr
                 else:
                     ids += 1
     else:
-        messages = body.get("messages")
-        if isinstance(messages, list):
-            for m in messages:
-                if isinstance(m, dict):
-                    content = m.get("content")
-                    if isinstance(content, str):
-                        chars += len(content)
-                    elif isinstance(content, list):
-                        chars += sum(len(str(part.get("text", ""))) for part in content if isinstance(part, dict))
-                    calls = m.get("tool_calls")
-                    if isinstance(calls, list):
-                        chars += 80 * len(calls)
-                    chars += 12
+        chars = message_chars
     tools = body.get("tools")
     if isinstance(tools, list):
-        chars += 300 * min(len(tools), priors.max_tools)
+        chars += 300 * (len(tools) if len(tools) < priors.max_tools else priors.max_tools)
     return chars / priors.text_chars_per_token + ids

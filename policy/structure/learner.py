@@ -17,7 +17,6 @@ is bounded: at most ``capacity`` shapes, least recently used evicted first.
 
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -26,12 +25,31 @@ from policy.structure.constraints import LEGACY_GUIDED, legacy_guided_fields
 from policy.structure.estimates import ClassTokens, StructureEstimate
 from policy.structure.length import bounded
 from policy.structure.measure import ObservedStructure
+from policy.structure.speedups import native
+
+_MAX_SIGNED_TOOLS = 512
+_SIXTY_FOUR_BITS = (1 << 64) - 1
+_SHAPE_TEXT = None if native is None else native.ShapeText(_MAX_SIGNED_TOOLS, LEGACY_GUIDED)
 
 
 def shape_key(body: Any, model: str | None = None, temperature: float | None = None) -> str:
-    """A short digest that is equal for requests an agent sends from the same step."""
+    """A short digest that is equal for requests an agent sends from the same step.
+
+    It keys this process's learner and nothing else, so it is Python's own string
+    hash (salted per process, as dict keys are): a tenth of the cost of BLAKE2b,
+    and no one outside can aim requests at one shape.
+    """
     if not isinstance(body, dict):
         return "invalid"
+    text = None if _SHAPE_TEXT is None else _SHAPE_TEXT.text(body, model, temperature)
+    if text is None:
+        text = shape_text(body, model, temperature)
+    return f"{hash(text) & _SIXTY_FOUR_BITS:016x}"
+
+
+def shape_text(body: dict[str, Any], model: str | None = None, temperature: float | None = None) -> str:
+    """What ``shape_key`` hashes: the fields that tell one agent step from another.
+    The C speedups write the same text where they are built (``ShapeText``)."""
     tools = body.get("tools")
     tool_digest = _tools_signature(tools) if tools else "-"
     choice = body.get("tool_choice")
@@ -55,8 +73,7 @@ def shape_key(body: Any, model: str | None = None, temperature: float | None = N
     messages = body.get("messages")
     last_role = messages[-1].get("role") if isinstance(messages, list) and messages and isinstance(messages[-1], dict) else "-"
     # one f-string: joining a generator of str() calls costs a third of the digest
-    raw = f"{model or body.get('model')}|{tool_digest}|{choice_key}|{fmt_key}|{thinking}|{effort}|{band}|{last_role}"
-    return hashlib.blake2b(raw.encode(), digest_size=8).hexdigest()
+    return f"{model or body.get('model')}|{tool_digest}|{choice_key}|{fmt_key}|{thinking}|{effort}|{band}|{last_role}"
 
 
 def _tools_signature(tools: Any) -> str:
@@ -65,7 +82,7 @@ def _tools_signature(tools: Any) -> str:
     if not isinstance(tools, list):
         return "invalid"
     parts = []
-    for tool in tools[:512]:
+    for tool in tools[:_MAX_SIGNED_TOOLS]:
         fn = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(fn, dict):
             parts.append("?")

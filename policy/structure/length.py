@@ -16,6 +16,7 @@ from typing import Any
 from policy.vllm_fields import as_bool, as_int, is_thinking_budget
 
 Split = tuple[float, float, float]  # expected tokens: schema-bound, reasoning, prose
+_BOUNDS = frozenset({"thinking_token_budget", "max_completion_tokens", "max_tokens", "min_tokens", "ignore_eos"})
 
 
 def bounded(body: dict[str, Any], split: Split, room: float | None = None,
@@ -31,6 +32,8 @@ def bounded(body: dict[str, Any], split: Split, room: float | None = None,
     if sequences > 1:
         (s, r, f), notes = bounded(body, (split[0] / sequences, split[1] / sequences, split[2] / sequences), room)
         return (s * sequences, r * sequences, f * sequences), notes
+    if room is None and body.keys().isdisjoint(_BOUNDS):
+        return split, []  # most requests set no bound: nothing to read
     s, r, f = split
     notes: list[str] = []
     budget = body.get("thinking_token_budget")

@@ -34,6 +34,7 @@ _MAX_TOOLS = 512
 # Tools are searched a batch at a time: a relevant question usually shares a
 # word with one of the first few, and one search over a batch costs less than one per tool.
 _BATCH = 16
+_WORD_TEST = None if native is None else native.WordTest(_QUESTION_CHARS, _DESCRIPTION_CHARS, _MAX_TOOLS, _STOP_STEMS)
 
 
 def _folded(text: str) -> bytes:
@@ -57,11 +58,15 @@ def last_user_text(messages: Any) -> str | None:
 
 def unrelated_to_tools(messages: Any, tools: list[Any]) -> bool:
     """True when the last user message shares no content word with any tool."""
-    text = last_user_text(messages)
+    return question_unrelated(last_user_text(messages), tools)
+
+
+def question_unrelated(text: str | None, tools: list[Any]) -> bool:
+    """True when ``text`` (the last user message's, None for none) shares no content word with any tool."""
     if text is None:
         return False
-    if native is not None and type(tools) is list:
-        answer = native.shares_no_word(text, tools, (_QUESTION_CHARS, _DESCRIPTION_CHARS, _MAX_TOOLS), _STOP_STEMS)
+    if _WORD_TEST is not None and type(tools) is list:
+        answer = _WORD_TEST.shares_no_word(text, tools)
         if answer is not None:
             return answer
     stems = question_stems(text)

@@ -201,15 +201,20 @@ def presized_tools(tools: list[Any], priors: StructurePriors) -> list[Any] | Non
     """For each of the first ``max_tools`` tools, ``(name, expected argument characters)``
     as ``SchemaWalk`` would give them, or None where it must walk that tool itself
     (there is something to note); None when the C speedups are not built."""
-    if native is None:
-        return None
-    return native.size_tools(tools, priors.max_tools, *_tables(priors).c_arguments)
+    sizer = _tables(priors).sizer
+    return None if sizer is None else sizer.size(tools)
+
+
+def sizer_for(priors: StructurePriors) -> Any:
+    """The C walk for ``priors`` (its ``size(tools)`` is ``presized_tools``), or None
+    without the speedups: for a caller that sizes often and keeps it."""
+    return _tables(priors).sizer
 
 
 class _PriorTables(NamedTuple):
     priors: StructurePriors
     leaf_sizes: dict[Any, float]
-    c_arguments: tuple[Any, Any]  # the tables and numbers the C walk takes
+    sizer: Any  # the C walk, built with these tables; None without the speedups
 
 
 # Keyed by identity: hashing a pydantic model field by field costs more than a
@@ -225,12 +230,14 @@ def _tables(priors: StructurePriors) -> _PriorTables:
     number = priors.number_value_chars
     sizes = {"string": string, "str": string, "integer": number, "int": number, "number": number,
              "float": number, "boolean": 4.5, "bool": 4.5, "null": 4.0}
-    tables = (sizes, _PLAIN_KEYS, _SHAPING_KEYS, _TYPE_ALIASES, _FORMAT_CHARS, NO_PARAMETERS)
-    numbers = (priors.string_value_chars, priors.number_value_chars, priors.optional_property_share,
-               priors.open_object_keys, priors.array_items, priors.max_schema_nodes, priors.max_schema_depth)
+    sizer = None if native is None else native.ToolSizer(
+        sizes, _PLAIN_KEYS, _SHAPING_KEYS, _TYPE_ALIASES, _FORMAT_CHARS, NO_PARAMETERS,
+        (priors.string_value_chars, priors.number_value_chars, priors.optional_property_share,
+         priors.open_object_keys, priors.array_items, priors.max_schema_nodes, priors.max_schema_depth,
+         priors.max_tools))
     if len(_TABLES) >= 8:
         _TABLES.clear()
-    _TABLES[id(priors)] = cached = _PriorTables(priors, sizes, (tables, numbers))
+    _TABLES[id(priors)] = cached = _PriorTables(priors, sizes, sizer)
     return cached
 
 
