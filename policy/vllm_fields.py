@@ -42,6 +42,11 @@ def as_float(value: Any) -> float | None:
     """``0.2`` and ``"0.2"`` are 0.2; NaN and infinity are read too, for the caller to refuse."""
     if type(value) is float or value is None:
         return value
+    if type(value) is int:  # "temperature": 0, as most clients send it
+        try:
+            return float(value)
+        except OverflowError:  # past float range, which pydantic refuses
+            return None
     return _lax(_FLOAT, value)
 
 

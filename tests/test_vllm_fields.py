@@ -31,6 +31,7 @@ def vllm_reads(field: str, value: Any) -> tuple[bool, Any]:
 
 # what a JSON body can carry, with the strings lax mode reads specially
 scalars = (st.none() | st.booleans() | st.integers(-10**30, 10**30) | st.floats(allow_nan=True)
+           | st.sampled_from([2**53 + 1, 2**64 + 1, 10**308, 10**309, 10**400, -(10**400)])
            | st.sampled_from(["true", "False", "yes", "no", "on", "off", "1", "0", "t", "n", " true", "2", "450",
                               " 450 ", "450.0", "4.5e2", "0.2", "nan", "-inf", "1_000", "0x10", ""])
            | st.text(max_size=8))

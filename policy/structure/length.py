@@ -82,4 +82,6 @@ def _count(body: dict[str, Any], name: str) -> float | None:
     """A positive whole number as vLLM reads one (450.0 and "450" are 450), as a float;
     None when absent or not one."""
     value = as_int(body.get(name))
-    return float(min(value, 1 << 53)) if value is not None and value > 0 else None  # JSON integers have no bound
+    if value is None or value <= 0:
+        return None
+    return float(value) if value < 1 << 53 else float(1 << 53)  # JSON integers have no bound
