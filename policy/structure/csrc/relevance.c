@@ -1,4 +1,4 @@
-/* The relevance test: relevance.unrelated_to_tools in C.
+/* The relevance test: relevance.question_unrelated in C.
  *
  * A word is a run of four or more ASCII letters, case folded, and is compared on
  * its first five letters; anything else separates words, as the Python's byte
