@@ -2,7 +2,7 @@
 
 The estimate and its shape digest run on every request, beside parsing its
 body, and in Python they cost twice that parse. The extension (sources in
-``csrc/``, a file a part) does four of their loops: sizing tool schemas
+``csrc/``) does four of their loops: sizing tool schemas
 (``schema_length.SchemaWalk``), the relevance test
 (``relevance.question_unrelated``), reading the conversation
 (``estimator._read_conversation``) and writing the text the shape digest

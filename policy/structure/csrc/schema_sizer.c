@@ -20,40 +20,44 @@ static int copy_name(Name *row, PyObject *name)
     return 0;
 }
 
-/* The row of ``name`` in the keyword table, added if new; NULL on error. */
-static Keyword *keyword_row(Sizer *z, PyObject *name)
+/* The row of ``name`` in a table of ``*count`` rows of ``stride`` bytes, each
+ * beginning with its Name; added, zeroed but for the name, when new (``*added``).
+ * NULL on error. */
+static void *row_of(void *rows, size_t stride, int *count, int most, PyObject *name, int *added)
 {
-    int i = FIND_KEYWORD(z, name);
+    int i = find(rows, stride, *count, name);
+    *added = i < 0;
     if (i >= 0)
-        return &z->keywords[i];
-    if (z->keyword_count == MAX_KEYWORDS) {
-        PyErr_SetString(PyExc_ValueError, "too many schema keywords");
+        return (char *)rows + (size_t)i * stride;
+    if (*count == most) {
+        PyErr_Format(PyExc_ValueError, "more than %d names in a table", most);
         return NULL;
     }
-    Keyword *k = &z->keywords[z->keyword_count];
-    if (copy_name(&k->name, name) < 0)
+    char *row = (char *)rows + (size_t)*count * stride;
+    memset(row, 0, stride);
+    if (copy_name((Name *)row, name) < 0)
         return NULL;
-    k->slot = -1;
-    k->plain = k->shaping = 0;
-    z->keyword_count++;
+    (*count)++;
+    return row;
+}
+
+static Keyword *keyword_row(Sizer *z, PyObject *name)
+{
+    int added;
+    Keyword *k = row_of(z->keywords, sizeof(Keyword), &z->keyword_count, MAX_KEYWORDS, name, &added);
+    if (k != NULL && added)
+        k->slot = -1;
     return k;
 }
 
 static TypeName *type_row(Sizer *z, PyObject *name)
 {
-    int i = FIND_TYPE(z, name);
-    if (i >= 0)
-        return &z->types[i];
-    if (z->type_count == MAX_TYPES) {
-        PyErr_SetString(PyExc_ValueError, "too many type names");
-        return NULL;
+    int added;
+    TypeName *t = row_of(z->types, sizeof(TypeName), &z->type_count, MAX_TYPES, name, &added);
+    if (t != NULL && added) {
+        t->kind = T_UNKNOWN;
+        t->leaf = -1.0;
     }
-    TypeName *t = &z->types[z->type_count];
-    if (copy_name(&t->name, name) < 0)
-        return NULL;
-    t->kind = T_UNKNOWN;
-    t->leaf = -1.0;
-    z->type_count++;
     return t;
 }
 

@@ -316,6 +316,20 @@ static double walk_ref(Walk *w, PyObject *ref, Py_ssize_t depth)
     return size;
 }
 
+/* The summed sizes of anyOf, oneOf or allOf's first 16 options, and in ``count``
+ * how many (0: not a non-empty list). */
+static double sum_of_options(Walk *w, PyObject *options, Py_ssize_t depth, Py_ssize_t *count)
+{
+    *count = 0;
+    if (options == NULL || !PyList_CheckExact(options) || PyList_GET_SIZE(options) == 0)
+        return 0.0;
+    *count = PyList_GET_SIZE(options) < 16 ? PyList_GET_SIZE(options) : 16;
+    double sum = 0.0;
+    for (Py_ssize_t i = 0; i < *count && !w->stop; i++)
+        sum += size_of(w, PyList_GET_ITEM(options, i), depth + 1);
+    return sum;
+}
+
 static double size_of(Walk *w, PyObject *schema, Py_ssize_t depth)
 {
     if (w->stop)
@@ -368,22 +382,14 @@ static double size_node(Walk *w, PyObject *schema, const Node *node, Py_ssize_t 
             sum += compact_len(w, PyList_GET_ITEM(options, i));
         return sum / (double)n;
     }
+    Py_ssize_t n;
     for (int k = K_ANY_OF; k <= K_ONE_OF; k++) {
-        options = node->at[k];
-        if (options != NULL && PyList_CheckExact(options) && PyList_GET_SIZE(options) > 0) {
-            Py_ssize_t n = PyList_GET_SIZE(options) < 16 ? PyList_GET_SIZE(options) : 16;
-            double sum = 0.0;
-            for (Py_ssize_t i = 0; i < n && !w->stop; i++)
-                sum += size_of(w, PyList_GET_ITEM(options, i), depth + 1);
+        double sum = sum_of_options(w, node->at[k], depth, &n);
+        if (n > 0)
             return sum / (double)n;
-        }
     }
-    options = node->at[K_ALL_OF];
-    if (options != NULL && PyList_CheckExact(options) && PyList_GET_SIZE(options) > 0) {
-        Py_ssize_t n = PyList_GET_SIZE(options) < 16 ? PyList_GET_SIZE(options) : 16;
-        double sum = 0.0;
-        for (Py_ssize_t i = 0; i < n && !w->stop; i++)
-            sum += size_of(w, PyList_GET_ITEM(options, i), depth + 1);
+    double sum = sum_of_options(w, node->at[K_ALL_OF], depth, &n);
+    if (n > 0) {
         sum -= 2.0 * (double)(n - 1);
         return sum > 2.0 ? sum : 2.0;
     }
