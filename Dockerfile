@@ -1,11 +1,10 @@
 # draftgate: the proxy (and, for laptops, the vLLM emulator) in one small image.
-# the full image: its compiler builds the C speedups (policy/structure/csrc/)
-FROM python:3.11 AS build
+FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY draftgate draftgate
 COPY policy policy
 COPY proxy proxy
-COPY lab lab
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim
@@ -21,6 +20,6 @@ ENV DRAFTGATE_HOST=0.0.0.0 \
 EXPOSE 8000
 # http, or https when the proxy serves it (tls_certfile), on DRAFTGATE_PORT
 HEALTHCHECK --interval=10s --timeout=5s --start-period=10s --retries=3 \
-    CMD ["python", "-m", "proxy.healthcheck"]
+    CMD ["python", "-m", "draftgate.proxy.healthcheck"]
 ENTRYPOINT ["draftgate", "serve"]
 CMD ["--config", "/etc/draftgate/draftgate.yaml"]

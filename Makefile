@@ -10,7 +10,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(STAMP): $(BIN)/python pyproject.toml $(wildcard policy/structure/csrc/*)
+$(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test,plot]'
 	touch $(STAMP)
 
@@ -25,19 +25,19 @@ demo: $(STAMP)
 
 # Heavy measurements, not part of `make test`: each prints figures beside a baseline.
 bench: $(STAMP)
-	$(BIN)/python -m lab.bench_estimate
-	$(BIN)/python -m lab.bfcl_accuracy
-	$(BIN)/python -m lab.bench_proxy
-	$(BIN)/python -m lab.trace_proxy
-	$(BIN)/python -m lab.bench_disconnect
-	$(BIN)/python -m lab.bench_large_answer
-	$(BIN)/python -m lab.bench_conversation
-	$(BIN)/python -m lab.bench_burst
-	$(BIN)/python -m lab.bench_gc
+	$(BIN)/python -m bench.bench_estimate
+	$(BIN)/python -m bench.bfcl_accuracy
+	$(BIN)/python -m bench.bench_proxy
+	$(BIN)/python -m bench.trace_proxy
+	$(BIN)/python -m bench.bench_disconnect
+	$(BIN)/python -m bench.bench_large_answer
+	$(BIN)/python -m bench.bench_conversation
+	$(BIN)/python -m bench.bench_burst
+	$(BIN)/python -m bench.bench_gc
 
 # Agent traffic through the proxy for five minutes while replicas fail and die: nothing may be lost.
 soak: $(STAMP)
-	$(BIN)/python -m lab.soak --seconds 300 --rate 40
+	$(BIN)/python -m bench.soak --seconds 300 --rate 40
 
 clean:
 	rm -rf $(VENV) build *.egg-info demo-output

@@ -19,9 +19,17 @@ from datetime import datetime, timezone
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from policy.law import ClassRho
+from draftgate.policy.law import ClassRho
 
 SCHEMA_VERSION = 1
 _MAX_DERIVED = 1024
@@ -36,7 +44,7 @@ DEFAULT_RHO_GREEDY = {"s": 0.95, "r": 0.55, "f": 0.35}  # class-mean exp(-H) at 
 DEFAULT_RHO_SAMPLED = {"s": 0.93, "r": 0.45, "f": 0.25}
 DEFAULT_SAMPLED_TEMPERATURE = 0.6
 # Draft cost per pass relative to the target: parameter ratio 1/8 for 4B/32B, but a
-# small model uses the bandwidth worse; DESIGN expects 0.2-0.3 at batch 1.
+# small model uses the bandwidth worse; expect 0.2-0.3 at batch 1 (docs/model.md).
 DEFAULT_DRAFT_COST = 0.25
 # Verification overhead per draft token as running requests grow: nearly free while
 # decode is bandwidth-bound, then compute-bound once (gamma+1)*b tokens pass ~200.

@@ -14,8 +14,8 @@ from typing import TypeVar
 
 import numpy as np
 
-from policy import law
-from policy.attribution import nnls
+from draftgate.policy import law
+from draftgate.policy.attribution import nnls
 
 CLASSES = ("s", "r", "f")
 T = TypeVar("T")

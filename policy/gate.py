@@ -21,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from policy import law
-from policy.calibration import Calibration
-from policy.structure.estimates import StructureEstimate
+from draftgate.policy import law
+from draftgate.policy.calibration import Calibration
+from draftgate.policy.structure.estimates import StructureEstimate
 
 Mode = Literal["auto", "always_on", "always_off"]
 CAUSES = ("unsupported_sampling", "n_gt_1", "mode", "capacity", "hysteresis", "health")  # strongest first

@@ -1,6 +1,6 @@
 """The Draft Law: what speculative decoding saves, as a function of numbers.
 
-Everything here is pure arithmetic on floats (DESIGN section 1). Output
+Everything here is pure arithmetic on floats (docs/model.md). Output
 positions fall in three classes, S (schema-bound), R (reasoning) and F (free
 prose); each class has a predictability ``rho = exp(-H)``; a draft with
 alignment constant ``kappa`` is accepted at a position with probability
@@ -396,7 +396,7 @@ def composed_cost(
 ) -> float:
     """``C_total = nu * [(1 - h + h*c_hit) * C_pre + (c_net/c_1) * C_dec]``.
 
-    Valid only while routing does not move requests between caches (DESIGN).
+    Valid only while routing does not move requests between caches (docs/model.md).
     """
     for name, value in (("prefill_cost", prefill_cost), ("decode_cost", decode_cost)):
         _require_finite(name, value)

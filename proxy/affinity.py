@@ -89,7 +89,7 @@ def _digest(message: Any) -> tuple[int, int]:
 
     Its string fields are hashed as they are: the whole message's repr was hashed
     before, which copies every character and cost twice what parsing the body had
-    (``lab/bench_conversation.py``). What nests (tool calls, content parts) still
+    (``bench/bench_conversation.py``). What nests (tool calls, content parts) still
     goes by repr: a walk in Python cost more than the copy, on tool calls.
     """
     if type(message) is not dict:

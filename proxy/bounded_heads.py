@@ -27,7 +27,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from proxy.errors import openai_error_bytes
+from draftgate.proxy.errors import openai_error_bytes
 
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 

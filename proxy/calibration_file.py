@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from policy.calibration import Calibration, CalibrationError, calibration_from_yaml, dump_calibration
+from draftgate.policy.calibration import (
+    Calibration,
+    CalibrationError,
+    calibration_from_yaml,
+    dump_calibration,
+)
 
 
 def load_calibration(path: str | Path) -> Calibration:

@@ -20,20 +20,20 @@ long an answer can run: the estimate needs it when a request sets no cap.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any
 
-import httpx
-
-from proxy.pools import PoolSet
-from proxy.request_body import BadRequest
+from draftgate.proxy.pools import Pool, PoolSet
+from draftgate.proxy.request_body import BadRequest
+from draftgate.proxy.upstream import UpstreamClient
 
 RETRY_UNKNOWN_AFTER_SECONDS = 5.0
 REFRESH_AFTER_SECONDS = 30.0
 
 
 class ModelCatalog:
-    def __init__(self, pools: PoolSet, client: httpx.AsyncClient) -> None:
+    def __init__(self, pools: PoolSet, client: UpstreamClient) -> None:
         self.pools = pools
         self.client = client
         self.known: set[str] = set()
@@ -93,19 +93,22 @@ class ModelCatalog:
         """The pools' model entries, merged by id (the first pool to list one wins)."""
         self.checked_at = time.monotonic()
 
-        async def fetch(url: str) -> list[dict[str, Any]]:
-            response = await self.client.get(f"{url}/v1/models", timeout=3.0)
-            data = response.json().get("data", []) if response.status_code == 200 else []
-            return [m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+        async def fetch(pool: Pool, url: str) -> list[dict[str, Any]]:
+            key = pool.config.api_key  # vLLM guards /v1/models with its key
+            headers = [] if key is None else [(b"authorization", f"Bearer {key.get_secret_value()}".encode("latin-1"))]
+            status, body = await self.client.origin(url).get("/v1/models", headers, 3.0)
+            listing = json.loads(body) if status == 200 else None
+            data = listing.get("data") if isinstance(listing, dict) else None
+            return [m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)] if isinstance(data, list) else []
 
-        asked = [(pool.name, r.url) for pool in self.pools for r in pool.replicas_in_rotation()[:1]]
-        results = await asyncio.gather(*(fetch(url) for _, url in asked), return_exceptions=True)
+        asked = [(pool, r.url) for pool in self.pools for r in pool.replicas_in_rotation()[:1]]
+        results = await asyncio.gather(*(fetch(pool, url) for pool, url in asked), return_exceptions=True)
         merged: dict[str, dict[str, Any]] = {}
         served_by: dict[str, set[str]] = {}
         contexts: dict[str, int] = {}
         for (pool, _), result in zip(asked, results):
             if isinstance(result, list):
-                served_by[pool] = {entry["id"] for entry in result}
+                served_by[pool.name] = {entry["id"] for entry in result}
                 for entry in result:
                     merged.setdefault(entry["id"], entry)
                     length = entry.get("max_model_len")

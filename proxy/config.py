@@ -13,12 +13,25 @@ from typing import Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
 
-from policy.structure.priors import StructurePriors
-from policy.structure.sampling import SamplingDefaults
-from proxy.upstream import tls_context
+from draftgate.policy.structure.priors import StructurePriors
+from draftgate.policy.structure.sampling import SamplingDefaults
+from draftgate.proxy.upstream import tls_context
 
 
 class ConfigError(ValueError):

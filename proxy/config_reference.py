@@ -1,6 +1,6 @@
 """The configuration reference, ``docs/configuration.md``, written from the settings models.
 
-    python -m proxy.config_reference > docs/configuration.md
+    python -m draftgate.proxy.config_reference > docs/configuration.md
 
 A test writes it again and compares, so the page cannot drift from what the
 proxy accepts: every key, with its type, default, bounds and meaning, read
@@ -19,9 +19,15 @@ import annotated_types
 from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
-from policy.structure.priors import StructurePriors
-from policy.structure.sampling import SamplingDefaults
-from proxy.config import READ_AT_STARTUP, ModelPolicy, PoolConfig, ProxySettings, SpeculationConfig
+from draftgate.policy.structure.priors import StructurePriors
+from draftgate.policy.structure.sampling import SamplingDefaults
+from draftgate.proxy.config import (
+    READ_AT_STARTUP,
+    ModelPolicy,
+    PoolConfig,
+    ProxySettings,
+    SpeculationConfig,
+)
 
 # (heading, model): each nested model once, under the path a file writes it at
 SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
@@ -37,7 +43,7 @@ _INTRO = """\
 # Configuration reference
 
 Every key `draftgate serve --config FILE` reads, generated from the settings
-models (`python -m proxy.config_reference > docs/configuration.md`; a test
+models (`python -m draftgate.proxy.config_reference > docs/configuration.md`; a test
 checks that this page matches them). Any key can also be set from the
 environment, `DRAFTGATE_` and the key in capitals, nested keys joined by `__`:
 `DRAFTGATE_CLIENT_BODY_TIMEOUT=30`, `DRAFTGATE_DEFAULT_POLICY__MARGIN=0.05`.

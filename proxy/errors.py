@@ -19,6 +19,13 @@ def openai_error(status: int, message: str, *, param: str | None = None, code: s
     return JSONResponse(_error(status, message, param, code), status_code=status, headers=headers)
 
 
+def at_capacity_error(headers: dict[str, str] | None = None) -> JSONResponse:
+    """The answer when every pool that could serve a request is full and stayed full
+    for the queue timeout: a 503 to retry shortly. ``headers``: the proxy's own."""
+    return openai_error(503, "all pools are at capacity; retry shortly", code="overloaded",
+                        headers={"retry-after": "1", **(headers or {})})
+
+
 def openai_error_bytes(status: int, message: str) -> bytes:
     """The same error as JSON bytes, for an answer written below the ASGI app."""
     return json.dumps(_error(status, message, None, None)).encode()

@@ -1,6 +1,6 @@
 """The container's health check: does the proxy on this machine answer ``/health``?
 
-``python -m proxy.healthcheck`` exits 0 if it does, 1 if not. It asks on
+``python -m draftgate.proxy.healthcheck`` exits 0 if it does, 1 if not. It asks on
 ``DRAFTGATE_PORT`` (8000 by default, as the image sets it), over http, or over
 https when the proxy serves that (``tls_certfile``). The certificate is not
 verified: the check reaches the proxy at 127.0.0.1, which a serving

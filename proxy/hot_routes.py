@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from proxy.errors import openai_error
+from draftgate.proxy.errors import openai_error
 
 log = logging.getLogger("draftgate.proxy")
 

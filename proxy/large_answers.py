@@ -27,7 +27,7 @@ import re
 from functools import cache
 from typing import Any
 
-from proxy.turns import Steps, at_once, in_turns
+from draftgate.proxy.turns import Steps, at_once, in_turns
 
 # Above this an answer is read in part: a full parse of 64 KiB takes a few ms on a
 # slow core, and a chat answer without logprobs (8k tokens of prose is 32 KB)
@@ -177,7 +177,7 @@ def responses_answer(raw: bytes) -> dict[str, Any] | None:
     ``message``; and the answer repeats the request's tools, whatever their size.
     So the answer is parsed, with each ``"logprobs"`` key's list skipped by a
     regular expression (C, no objects built, but it still reads every string:
-    2-4x faster than the parse it saves, ``lab.bench_large_answer``). The list
+    2-4x faster than the parse it saves, ``bench.bench_large_answer``). The list
     of a key that merely ends in ``"logprobs"`` (one holding an escaped quote)
     would be left as ``null`` too: measuring reads no such key. None when a
     list cannot be skipped so (nested deeper than any logprobs are), when

@@ -10,13 +10,11 @@ against the pinned vLLM version's own list (deploy/vllm/flags-<version>.txt).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
 VLLM_VERSION = "0.33.0"
 VLLM_IMAGE = f"vllm/vllm-openai:v{VLLM_VERSION}"
-FLAGS_FILE = Path(__file__).parents[1] / "deploy" / "vllm" / f"flags-{VLLM_VERSION}.txt"
 
 
 class LaunchSettings(BaseModel):
@@ -63,6 +61,3 @@ def commands(s: LaunchSettings) -> dict[str, list[str]]:
 def gpu_env(s: LaunchSettings) -> dict[str, dict[str, str]]:
     return {"spec-on": {"CUDA_VISIBLE_DEVICES": s.spec_gpus}, "spec-off": {"CUDA_VISIBLE_DEVICES": s.plain_gpus}}
 
-
-def accepted_flags() -> set[str]:
-    return {line.strip() for line in FLAGS_FILE.read_text().splitlines() if line.startswith("--")}

@@ -11,8 +11,8 @@ from typing import Any
 from prometheus_client import (
     CollectorRegistry,
     Counter,
-    GCCollector,
     Gauge,
+    GCCollector,
     Histogram,
     PlatformCollector,
     ProcessCollector,

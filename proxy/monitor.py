@@ -10,10 +10,9 @@ import time
 from collections.abc import Callable
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
-
-from proxy.config import ProxySettings
-from proxy.pools import Pool, PoolSet, Replica
+from draftgate.proxy.config import ProxySettings
+from draftgate.proxy.pools import Pool, PoolSet, Replica
+from draftgate.proxy.upstream import UpstreamClient, UpstreamError, UpstreamTimeout
 
 log = logging.getLogger("draftgate.monitor")
 
@@ -67,7 +66,7 @@ def parse_vllm_metrics(text: str) -> dict[str, float]:
 class Monitor:
     """The proxy's background tasks; ``settings`` is asked afresh each round, so a reload applies."""
 
-    def __init__(self, pools: PoolSet, client: httpx.AsyncClient, settings: Callable[[], ProxySettings],
+    def __init__(self, pools: PoolSet, client: UpstreamClient, settings: Callable[[], ProxySettings],
                  on_scrape: Callable[[Pool, Replica, dict[str, float], bool], None] | None = None,
                  on_replicas_changed: Callable[[], None] | None = None) -> None:
         self.pools = pools
@@ -108,15 +107,15 @@ class Monitor:
         """
         settings = self.settings()
         try:
-            response = await self.client.get(f"{replica.url}/health", timeout=settings.health_timeout)
-            ok = response.status_code == 200
-        except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
+            status, _ = await self.client.origin(replica.url).get("/health", (), settings.health_timeout)
+            ok = status == 200
+        except UpstreamTimeout:
             replica.mark_unanswered()
             if replica.healthy and replica.timeouts < settings.health_timeouts_to_fail:
                 log.info("replica health check timed out", extra={"replica": replica.url})
                 return
             ok = False
-        except httpx.HTTPError:
+        except UpstreamError:
             ok = False
         if ok:
             if not replica.healthy:
@@ -139,11 +138,11 @@ class Monitor:
         before = (replica.started, replica.inflight)
         finished_before = replica.finished_since_scrape
         try:
-            response = await self.client.get(f"{replica.url}/metrics", timeout=2.0)
-            if response.status_code != 200:
+            status, body = await self.client.origin(replica.url).get("/metrics", (), 2.0)
+            if status != 200:
                 return
-            values = parse_vllm_metrics(response.text)
-        except (httpx.HTTPError, ValueError):
+            values = parse_vllm_metrics(body.decode("utf-8", "replace"))
+        except (UpstreamError, ValueError):
             return
         # the ones that finished while the scrape was under way may still be in what it read
         replica.finished_since_scrape = max(0, replica.finished_since_scrape - finished_before)

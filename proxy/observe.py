@@ -14,9 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from policy.structure import ObservedStructure, TextParts, measure_parts
-from proxy.large_answers import (LARGE_ANSWER_BYTES, answer_skeleton, answer_skeleton_in_turns,
-                                 responses_answer_in_turns)
+from draftgate.policy.structure import ObservedStructure, TextParts, measure_parts
+from draftgate.proxy.large_answers import (
+    LARGE_ANSWER_BYTES,
+    answer_skeleton,
+    answer_skeleton_in_turns,
+    responses_answer_in_turns,
+)
 
 
 def parse_json(raw: bytes) -> Any:

@@ -9,30 +9,17 @@ it lives as its answer passes.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-from policy.vllm_fields import streams
-from proxy.catalog import ModelCatalog
-from proxy.errors import openai_error
-from proxy.forwarding import (
-    NoCapacity,
-    UpstreamUnavailable,
-    count_failed_answer,
-    downstream_headers,
-    raw_path,
-    send_with_failover,
-    upstream_target,
-)
-from proxy.gatekeeper import Gatekeeper
-from proxy.pools import Pool, Replica
-from proxy.relay import RelayedBody
-from proxy.shutdown import shutting_down_error
-from proxy.stored_responses import (
+from draftgate.policy.vllm_fields import streams
+from draftgate.proxy.catalog import ModelCatalog
+from draftgate.proxy.exchange import Exchange, Outgoing, Upstreams, answer
+from draftgate.proxy.headers import raw_path, upstream_target
+from draftgate.proxy.pools import Pool, Replica
+from draftgate.proxy.stored_responses import (
     CREATE_PATH,
     SNIFF_BYTES,
     ResponseHolders,
@@ -41,9 +28,6 @@ from proxy.stored_responses import (
     stored_response_id,
     streams_stored_response,
 )
-from proxy.upstream import UpstreamAborted, UpstreamClient, UpstreamError
-
-log = logging.getLogger("draftgate.proxy")
 
 
 def has_dot_segment(path: str) -> bool:
@@ -60,60 +44,39 @@ def has_dot_segment(path: str) -> bool:
 class PassThrough:
     """Sends a request on unchanged and relays its answer chunk by chunk."""
 
-    def __init__(self, gk: Gatekeeper, upstream: UpstreamClient, catalog: ModelCatalog,
-                 holders: ResponseHolders) -> None:
-        self.gk = gk
-        self.upstream = upstream
+    def __init__(self, upstreams: Upstreams, catalog: ModelCatalog, holders: ResponseHolders) -> None:
+        self.upstreams = upstreams
         self.catalog = catalog
         self.holders = holders
 
     async def __call__(self, request: Request, raw: bytes, named: Any) -> Response:
         """``raw``: the body as read; ``named``: it parsed, when it is JSON (else None)."""
-        order = self.gk.plain_first(self.catalog.pools_serving(named.get("model") if isinstance(named, dict) else None))
-        try:
-            holder = await self._holder_of_stored_response(request, named, order)
-            streamed = streams(named) or streams_stored_response(
-                request.method, raw_path(request.scope), request.scope["query_string"])
-            upstream = await send_with_failover(self.gk, self.upstream, request.method,
-                                                upstream_target(request.scope), request.scope["headers"], raw,
-                                                order, (holder[0].name, holder[1].url) if holder else None, None,
-                                                streamed=streamed, pinned=holder is not None)
-        except NoCapacity:
-            return openai_error(503, "all pools are at capacity; retry shortly", headers={"retry-after": "1"})
-        except UpstreamUnavailable as exc:
-            return openai_error(exc.status, f"no pool could serve the request: {exc}")
-        except UpstreamAborted:
-            return shutting_down_error()
-
+        model = named.get("model") if isinstance(named, dict) else None
+        order = self.upstreams.pools.plain_first(self.catalog.pools_serving(model))
+        holder = await self._holder_of_stored_response(request, named, order)
+        streamed = streams(named) or streams_stored_response(
+            request.method, raw_path(request.scope), request.scope["query_string"])
+        exchange = Exchange(self.upstreams, Outgoing(request.method, upstream_target(request.scope),
+                                                     request.scope["headers"], raw),
+                            order, prefer=(holder[0].name, holder[1].url) if holder else None,
+                            pinned=holder is not None, streamed=streamed)
         # a new stored response: whoever made it is the only one who can say more of it
-        sniffing = (request.method == "POST" and request.scope["path"] == CREATE_PATH
-                    and upstream.response.status_code == 200 and stored(named))
+        creates = request.method == "POST" and request.scope["path"] == CREATE_PATH and stored(named)
+        return await answer(exchange, "headers", lambda: self._relay(exchange, creates, request.url.path))
 
-        async def body() -> AsyncIterator[bytes]:
-            nonlocal sniffing
-            head = b""
-            try:
-                async for chunk in upstream.response.aiter_raw():
-                    if sniffing:
-                        head += chunk
-                        sniffing = not self.holders.remember_from_answer(
-                            head, upstream.pool.name, upstream.replica.url) and len(head) < SNIFF_BYTES
-                    yield chunk
-                upstream.replica.answered()
-            except UpstreamError as exc:  # bytes have gone: too late for another pool
-                self.gk.metrics.upstream_errors.labels(pool=upstream.pool.name, kind="mid_body").inc()
-                count_failed_answer(self.gk, upstream.pool, upstream.replica)
-                log.warning("a passed-through answer broke midway; the client's connection is dropped",
-                            extra={"replica": upstream.replica.url, "path": request.url.path, "error": str(exc)})
-                raise
-            finally:
-                await upstream.response.aclose()
-                self.gk.pools.release(upstream.replica)
+    def _relay(self, exchange: Exchange, creates: bool, path: str) -> Response:
+        assert exchange.response is not None and exchange.pool is not None and exchange.replica is not None
+        pool, replica = exchange.pool.name, exchange.replica.url
+        sniffing = creates and exchange.response.status_code == 200
+        head = b""
 
-        relayed = RelayedBody(body(), status_code=upstream.response.status_code)
-        relayed.raw_headers = downstream_headers(upstream.response.headers) + [
-            (b"x-draftgate-route", upstream.pool.name.encode("latin-1"))]
-        return relayed
+        def sniff(chunk: bytes) -> None:
+            nonlocal sniffing, head
+            if sniffing:
+                head += chunk
+                sniffing = not self.holders.remember_from_answer(head, pool, replica) and len(head) < SNIFF_BYTES
+
+        return exchange.raw([(b"x-draftgate-route", pool.encode("latin-1"))], sniff if sniffing else None, path)
 
     async def _holder_of_stored_response(self, request: Request, named: Any,
                                          order: list[str]) -> tuple[Pool, Replica] | None:
@@ -121,8 +84,9 @@ class PassThrough:
         rid = stored_response_id(raw_path(request.scope)) or continued_response_id(named)
         if rid is None:
             return None
-        settings = self.gk.settings
+        up = self.upstreams
+        settings = up.settings
         # a lookup is as quick to answer as a health check
-        return await self.holders.locate(self.upstream, rid, [p for p in map(self.gk.pool, order) if p is not None],
+        return await self.holders.locate(up.client, rid, [p for p in map(up.pool, order) if p is not None],
                                          request.scope["headers"], bool(settings.api_keys), settings.connect_timeout,
                                          settings.health_timeout)

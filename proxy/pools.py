@@ -11,8 +11,8 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from policy.gate import PoolView
-from proxy.config import PoolConfig
+from draftgate.policy.gate import PoolView
+from draftgate.proxy.config import PoolConfig
 
 
 @dataclass(slots=True)
@@ -195,6 +195,12 @@ class PoolSet:
 
     def views(self) -> list[PoolView]:
         return [p.view() for p in self.pools.values()]
+
+    def plain_first(self, serving: set[str] | None = None) -> list[str]:
+        """Pool names, plain pools first, among those ``serving`` the model (all if none do):
+        the order for a request the gate does not weigh."""
+        pools = [p for p in self if serving is None or p.name in serving] or list(self)
+        return [p.name for p in sorted(pools, key=lambda p: p.speculative)]
 
     def has_room(self, pool: Pool) -> bool:
         replicas = max(1, len(pool.replicas_in_rotation()))

@@ -16,18 +16,18 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict, deque
+from dataclasses import dataclass
 from typing import Any
 
-from policy import law
-from policy.attribution import CounterAttribution
-from policy.structure import ObservedStructure
-from policy.vllm_fields import streams
-from proxy.forwarding import Upstream
-from proxy.gatekeeper import Gatekeeper, Plan
-from proxy.logs import RequestLog
-from proxy.observe import Observation
-from proxy.pools import Pool, Replica
-
+from draftgate.policy import law
+from draftgate.policy.attribution import CounterAttribution
+from draftgate.policy.structure import ObservedStructure
+from draftgate.policy.vllm_fields import streams
+from draftgate.proxy.logs import RequestLog
+from draftgate.proxy.metrics import ProxyMetrics
+from draftgate.proxy.observe import Observation
+from draftgate.proxy.planner import Plan, Planner
+from draftgate.proxy.pools import Pool, PoolSet, Replica
 
 log = logging.getLogger("draftgate.recorder")
 
@@ -40,10 +40,29 @@ def load_band(batch: float) -> str:
     return next(label for limit, label in LOAD_BANDS if batch <= limit)
 
 
+@dataclass(slots=True)
+class Outcome:
+    """How one gated request ended: the one record that metrics, the log line and
+    the learner are fed from. ``pool`` and ``replica``: where it was served, None
+    when no pool took it."""
+
+    plan: Plan
+    status: int
+    observation: Observation
+    overhead: float  # seconds the proxy spent on the request before and after the upstream's answer
+    pool: Pool | None = None
+    replica: Replica | None = None
+
+
 class Recorder:
-    def __init__(self, gk: Gatekeeper) -> None:
-        self.gk = gk
-        self.drift: dict[tuple[str, str], deque[float]] = defaultdict(lambda: deque(maxlen=gk.settings.drift_window))
+    """Where finished requests are recorded, and the pools' counters attributed to classes."""
+
+    def __init__(self, planner: Planner, pools: PoolSet, metrics: ProxyMetrics) -> None:
+        self.planner = planner
+        self.pools = pools
+        self.metrics = metrics
+        self.drift: dict[tuple[str, str], deque[float]] = defaultdict(
+            lambda: deque(maxlen=planner.settings.drift_window))
         self.attribution: dict[str, CounterAttribution] = defaultdict(CounterAttribution)
         self.window_tokens: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
         self.last_accepted: dict[str, float] = {}
@@ -54,7 +73,7 @@ class Recorder:
 
     def warn_if_attribution_unsound(self) -> None:
         """At startup: tau attributed from a pool's counters is sound only while one proxy sees all its traffic."""
-        settings = self.gk.settings
+        settings = self.planner.settings
         blind = [p.name for p in settings.pools if p.speculation is not None and not p.per_request_metrics]
         if blind and settings.proxy_replicas > 1:
             log.warning(
@@ -65,29 +84,28 @@ class Recorder:
 
     # ------------------------------------------------------------ per request
 
-    def finish(self, plan: Plan, upstream: Upstream | None, observation: Observation, status: int,
-               overhead: float) -> None:
-        gk = self.gk
-        route = upstream.pool.name if upstream else plan.route
-        model = gk.metrics.model_label(plan.model)
-        gk.metrics.requests.labels(model=model, route=route, status=str(status)).inc()
-        gk.metrics.overhead.labels(endpoint=plan.endpoint).observe(overhead)
+    def record(self, outcome: Outcome) -> None:
+        plan, observation, status, pool, replica = (outcome.plan, outcome.observation, outcome.status, outcome.pool,
+                                                    outcome.replica)
+        settings, m = self.planner.settings, self.metrics
+        route = pool.name if pool is not None else plan.route
+        model = m.model_label(plan.model)
+        m.requests.labels(model=model, route=route, status=str(status)).inc()
+        m.overhead.labels(endpoint=plan.endpoint).observe(outcome.overhead)
         measured = None
         tau_obs = saving_obs = None
-        if status == 200 and observation.complete and upstream is not None:
+        if status == 200 and observation.complete and pool is not None and replica is not None:
             measured = observation.measured(
-                plan.body, legacy_guided_honoured=gk.settings.structure_priors.legacy_guided_fields_honoured,
+                plan.body, legacy_guided_honoured=settings.structure_priors.legacy_guided_fields_honoured,
                 reasoning_hidden=plan.estimate.reasoning_hidden)
             if measured.source == "characters":
-                self._tell_no_usage(upstream.pool.name)
+                self._tell_no_usage(pool.name)
             if measured.total_tokens > 0 and plan.shape:  # a fallback plan has no shape to learn
-                gk.learner.observe(plan.shape, measured)
-                tau_obs, saving_obs = self._observe(plan, model, upstream, observation, measured)
+                tau_obs, saving_obs = self._observe(plan, model, pool, replica, observation, measured)
             prompt_tokens = observation.prompt_tokens or plan.estimate.prompt_tokens
-            gk.affinity.record(plan.conversation, upstream.pool.name, upstream.replica.url, float(prompt_tokens))
-        if gk.settings.log_requests and RequestLog.stream is not None:
-            self._log(plan, route, upstream.replica.url if upstream else None, status, observation, overhead,
-                      measured, tau_obs, saving_obs)
+            self.planner.learn(plan, measured, pool.name, replica.url, float(prompt_tokens))
+        if settings.log_requests and RequestLog.stream is not None:
+            self._log(outcome, route, measured, tau_obs, saving_obs)
 
     def _tell_no_usage(self, pool: str) -> None:
         """Once per pool: a stream without usage is measured from its characters, roughly."""
@@ -97,11 +115,11 @@ class Recorder:
         log.warning("pool %s streams without usage: start its vLLM with --enable-force-include-usage, or "
                     "streamed output is measured from characters, not tokens", pool)
 
-    def _observe(self, plan: Plan, model: str, upstream: Upstream, observation: Observation,
+    def _observe(self, plan: Plan, model: str, pool: Pool, replica: Replica, observation: Observation,
                  measured: ObservedStructure) -> tuple[float | None, float | None]:
         """``model`` is the model's label value (ProxyMetrics.model_label)."""
-        gk, m = self.gk, self.gk.metrics
-        pool = upstream.pool
+        m = self.metrics
+        calibration, settings = self.planner.calibration, self.planner.settings
         cls = plan.request_class
         labels = {"model": model, "pool": pool.name, "class": cls}
         m.ws_predicted.labels(**labels).observe(plan.estimate.w_s)
@@ -111,7 +129,7 @@ class Recorder:
                 m.output_tokens.labels(model=model, pool=pool.name, token_class=token_class).inc(count)
         # The first token of every response comes from prefill, never from a draft:
         # leave it out of the attribution window (it belongs to the response's first class).
-        window = self.window_tokens[upstream.replica.url]
+        window = self.window_tokens[replica.url]
         counts = [measured.tokens.s, measured.tokens.r, measured.tokens.f]
         first = 1 if counts[1] > 0 else (0 if counts[0] > 0 else 2)
         counts[first] = max(0.0, counts[first] - 1.0)
@@ -136,7 +154,7 @@ class Recorder:
             return None, None
         spec = pool.config.speculation
         assert spec is not None
-        cal = gk.calibration.pool(pool.name, spec.gamma, spec.method)
+        cal = calibration.pool(pool.name, spec.gamma, spec.method)
         drafter = law.Drafter(spec.gamma, cal.delta(batch), spec.draft_cost if spec.draft_cost is not None
                               else cal.draft_cost)
         tau_obs = min(tau_obs, float(spec.gamma))
@@ -146,22 +164,22 @@ class Recorder:
         drift = self.drift[(model, pool.name)]
         drift.append(cost.saving - saving_obs)
         m.drift.labels(model=model, pool=pool.name).set(sum(drift) / len(drift))
-        gpu_seconds = measured.total_tokens * gk.calibration.target_pass_seconds(batch) / batch * saving_obs
-        price = gk.settings.price_per_gpu_hour
+        gpu_seconds = measured.total_tokens * calibration.target_pass_seconds(batch) / batch * saving_obs
+        price = settings.price_per_gpu_hour
         money = abs(gpu_seconds) / 3600.0 * price
         if gpu_seconds >= 0:
             m.gpu_saved.labels(model=model, pool=pool.name).inc(gpu_seconds)
             if price:
-                m.money_saved.labels(model=model, pool=pool.name, currency=gk.settings.currency).inc(money)
+                m.money_saved.labels(model=model, pool=pool.name, currency=settings.currency).inc(money)
         else:
             m.gpu_lost.labels(model=model, pool=pool.name).inc(-gpu_seconds)
             if price:
-                m.money_lost.labels(model=model, pool=pool.name, currency=gk.settings.currency).inc(money)
+                m.money_lost.labels(model=model, pool=pool.name, currency=settings.currency).inc(money)
         return tau_obs, saving_obs
 
     def _timing(self, observation: Observation, measured: ObservedStructure, pool: Pool, model: str, cls: str,
                 band: str) -> None:
-        m = self.gk.metrics
+        m = self.metrics
         if observation.first_byte_at is None or observation.finished_at is None:
             return
         streamed = observation.finished_at > observation.first_byte_at
@@ -175,12 +193,12 @@ class Recorder:
         self.tpot[key] = per_token if previous is None else previous + 0.1 * (per_token - previous)
         spec, plain = self.tpot.get((True, cls, band)), self.tpot.get((False, cls, band))
         if spec is not None and plain is not None and plain > 0:
-            for p in self.gk.pools:
+            for p in self.pools:
                 if p.speculative:
                     m.saving_time.labels(model=model, pool=p.name, **{"class": cls}, load_band=band).set(1 - spec / plain)
 
     def _attributed_tau(self, pool: str, measured: ObservedStructure) -> float | None:
-        replicas = self.gk.pool(pool)
+        replicas = self.pools.pools.get(pool)
         if replicas is None:
             return None
         taus: dict[str, float | None] = {}
@@ -232,16 +250,16 @@ class Recorder:
         attribution.add_window(accepted - previous, tokens)
         for c, tau in attribution.tau().items():
             if tau is not None:
-                self.gk.metrics.tau_attributed.labels(pool=pool.name, **{"class": c}).set(tau)
+                self.metrics.tau_attributed.labels(pool=pool.name, **{"class": c}).set(tau)
 
     def refresh_gauges(self) -> None:
-        gk, m = self.gk, self.gk.metrics
-        for pool in gk.pools:
+        planner, m = self.planner, self.metrics
+        for pool in self.pools:
             m.pool_healthy.labels(pool=pool.name).set(len(pool.replicas_in_rotation()))
             m.pool_inflight.labels(pool=pool.name).set(pool.inflight)
-        m.affinity_entries.set(len(gk.affinity))
-        m.learner_shapes.set(len(gk.learner))
-        cal = gk.calibration
+        m.affinity_entries.set(len(planner.affinity))
+        m.learner_shapes.set(len(planner.learner))
+        cal = planner.calibration
         model = cal.model
         m.calibration_default.labels(model=model).set(1.0 if cal.is_default else 0.0)
         m.calibration_age.labels(model=model).set(max(0.0, time.time() - cal.created.timestamp()))
@@ -250,7 +268,7 @@ class Recorder:
             m.calibration_parameter.labels(model=model, parameter=f"rho_{c}").set(cal.rho_greedy.of(c))
         m.calibration_parameter.labels(model=model, parameter="prefill_seconds_per_token").set(
             cal.prefill_seconds_per_token)
-        for pool in gk.pools:
+        for pool in self.pools:
             spec = pool.config.speculation
             if spec is None:
                 continue
@@ -268,10 +286,11 @@ class Recorder:
 
     # ------------------------------------------------------------ log
 
-    def _log(self, plan: Plan, route: str, replica: str | None, status: int, observation: Observation,
-             overhead: float, measured: ObservedStructure | None, tau_obs: float | None,
+    def _log(self, outcome: Outcome, route: str, measured: ObservedStructure | None, tau_obs: float | None,
              saving_obs: float | None) -> None:
         """The request's log line; docs/logs.md lists its fields."""
+        plan, observation, status, overhead = outcome.plan, outcome.observation, outcome.status, outcome.overhead
+        replica = outcome.replica.url if outcome.replica is not None else None
         record: dict[str, Any] = {
             "event": "request", "id": observation.response_id, "request_id": observation.request_id,
             "endpoint": plan.endpoint,

@@ -19,8 +19,8 @@ from typing import Any
 from starlette.responses import StreamingResponse
 from starlette.types import Send
 
-from proxy.observe import Observation
-from proxy.upstream import UpstreamAborted, UpstreamError
+from draftgate.proxy.observe import Observation
+from draftgate.proxy.upstream import UpstreamAborted, UpstreamError
 
 
 def _is_usage_only(payload: Any) -> bool:

@@ -17,7 +17,7 @@ from typing import Any
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 
-from proxy.errors import openai_error
+from draftgate.proxy.errors import openai_error
 
 
 class BadRequest(Exception):

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
-from proxy.bounded_heads import BoundedHeadProtocol
+from draftgate.proxy.bounded_heads import BoundedHeadProtocol
 
 if TYPE_CHECKING:
-    from proxy.config import ProxySettings
+    from draftgate.proxy.config import ProxySettings
 
 _OPTIONS: dict[str, Any] = {
     "log_level": "warning",  # the proxy writes its own JSON lines
@@ -56,7 +56,7 @@ def settle_startup_heap() -> None:
     A full collection walks every object the collector tracks, with the event
     loop stopped, and the modules, routes and models imported at startup are some
     60,000 of them: 20-35 ms on the reference machine, about once a minute under
-    load, for objects that live as long as the process (``lab.bench_gc``). Frozen,
+    load, for objects that live as long as the process (``bench.bench_gc``). Frozen,
     they are never walked again; reference counting still frees them. vLLM's
     server does the same once it has started.
     """

@@ -22,8 +22,8 @@ from typing import Any
 
 from starlette.responses import Response
 
-from proxy.errors import openai_error, stream_error_event
-from proxy.upstream import UpstreamAborted, UpstreamClient
+from draftgate.proxy.errors import openai_error
+from draftgate.proxy.upstream import UpstreamAborted, UpstreamClient
 
 log = logging.getLogger("draftgate.proxy")
 
@@ -72,6 +72,6 @@ def shutting_down_error() -> Response:
                         headers={"retry-after": "1"})
 
 
-def shutting_down_event(sequence_number: int | None = None) -> bytes:
-    """The end of a stream the shutdown cut short, in vLLM's shape (``stream_error_event``)."""
-    return stream_error_event(503, f"{SHUTTING_DOWN}: the stream was cut before its end", sequence_number)
+def shutting_down_message() -> str:
+    """What the event that ends a stream the shutdown cut short says."""
+    return f"{SHUTTING_DOWN}: the stream was cut before its end"

@@ -22,10 +22,10 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote
 
-from policy.vllm_fields import as_bool
-from proxy.forwarding import upstream_headers
-from proxy.pools import Pool, Replica
-from proxy.upstream import UpstreamClient, UpstreamError
+from draftgate.policy.vllm_fields import as_bool
+from draftgate.proxy.headers import upstream_headers
+from draftgate.proxy.pools import Pool, Replica
+from draftgate.proxy.upstream import UpstreamClient, UpstreamError
 
 CREATE_PATH = "/v1/responses"
 _PREFIX = "/v1/responses/"

@@ -1,11 +1,25 @@
-"""A lean HTTP/1.1 client for the hot path: keep-alive connections to each replica.
+"""The proxy's one HTTP/1.1 client: keep-alive connections to each replica.
 
-Why not httpx here: on this project's 2-core reference machine an httpx round
-trip costs about 2 ms of CPU, twice the proxy's whole latency budget. This
-client does one thing, send a request and relay the response as it arrives,
-over pooled asyncio connections with httptools (the C parser uvicorn uses)
-reading the responses. httpx remains the client for everything off the hot
-path: health checks, scrapes, model lists.
+Every call the proxy makes upstream goes through it: forwarded requests, health
+checks, metric scrapes, model lists and stored-response lookups, so all of them
+share one set of connections, one TLS setup and one family of errors.
+
+Why not httpx: on this project's 2-core reference machine an httpx round trip
+costs about 2 ms of CPU, twice the proxy's whole latency budget. This client
+does one thing, send a request and relay the response as it arrives, over
+pooled asyncio connections with httptools (the C parser uvicorn uses) reading
+the responses. What a mature client does beside that, it does too:
+
+- an idle connection is dropped after ``idle_expiry`` seconds, shorter than the
+  server's keep-alive (vLLM serves with uvicorn's 5 s), so a request is never
+  written to a connection the server is closing at that moment;
+- a response with neither a length nor chunked encoding ends when the server
+  closes the connection, as HTTP/1.1 allows;
+- at most ``max_connections`` exchanges run at once per origin, the rest wait
+  for one to end;
+- a response body buffered and not yet read stops the connection reading once
+  it holds ``_PAUSE_BYTES``, counted in bytes: a few large events hold as much
+  memory as many small ones.
 """
 
 from __future__ import annotations
@@ -18,7 +32,9 @@ from urllib.parse import urlsplit
 
 import httptools
 
-_PAUSE_AT = 64  # buffered body chunks before the connection stops reading (backpressure)
+_PAUSE_BYTES = 256 * 1024  # unread body bytes at which a connection stops reading (backpressure)
+IDLE_EXPIRY = 4.0  # seconds an idle connection is kept: under the server's keep-alive (uvicorn: 5 s)
+MAX_CONNECTIONS = 512  # exchanges at once per origin; a pool's own limits keep well under it
 
 
 class UpstreamError(Exception):
@@ -66,6 +82,8 @@ class _Connection(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
         self.idle = False  # in the pool between exchanges: nothing may arrive then
+        self.idle_since = 0.0  # loop time it went idle
+        self.holds_slot = False  # counted against the origin's max_connections
         self._reset()
 
     def _reset(self) -> None:
@@ -73,11 +91,13 @@ class _Connection(asyncio.Protocol):
         self.headers_ready: asyncio.Future[object] = loop.create_future()
         self.header_items: list[tuple[bytes, bytes]] = []
         self.chunks: deque[bytes | None | Exception] = deque()
+        self.buffered = 0  # bytes in ``chunks``
         self.waiter: asyncio.Future[object] | None = None  # set while a reader waits for a chunk
         self.complete = False
         self.received_any = False
         self.paused = False
         self.keep_alive = False
+        self.until_close = False  # the body has no length and no chunks: it ends when the connection does
         self.interim = False  # the message being parsed is a 1xx, to be skipped
 
     # asyncio.Protocol
@@ -100,8 +120,12 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        if not self.complete:
-            self._fail(UpstreamProtocolError("connection closed before the response was complete"))
+        if self.complete:
+            return
+        if self.until_close and exc is None:
+            self.on_message_complete()  # the server's close is the body's end
+            return
+        self._fail(UpstreamProtocolError("connection closed before the response was complete"))
 
     # httptools callbacks
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -117,15 +141,26 @@ class _Connection(asyncio.Protocol):
             return
         # read it now: once the message is complete the parser has reset and says False
         self.keep_alive = self.parser.should_keep_alive()
+        status = self.parser.get_status_code()
+        self.until_close = status not in (204, 304) and not any(
+            name.lower() in (b"content-length", b"transfer-encoding") for name, _ in self.header_items)
         if not self.headers_ready.done():
             self.headers_ready.set_result(None)
 
     def on_body(self, body: bytes) -> None:
         self.chunks.append(body)
+        self.buffered += len(body)
         self._wake()
-        if len(self.chunks) > _PAUSE_AT and self.transport is not None and not self.paused:
+        if self.buffered >= _PAUSE_BYTES and self.transport is not None and not self.paused:
             self.paused = True
             self.transport.pause_reading()
+
+    def took(self, size: int) -> None:
+        """``size`` bytes were read out of ``chunks``: resume reading once half the limit is free."""
+        self.buffered -= size
+        if self.paused and self.buffered < _PAUSE_BYTES // 2 and self.transport is not None:
+            self.paused = False
+            self.transport.resume_reading()
 
     def on_message_complete(self) -> None:
         if self.interim:
@@ -193,9 +228,7 @@ class UpstreamResponse:
             # the whole body came with the headers (the usual small answer): no waiting
             chunks = list(conn.chunks)
             conn.chunks.clear()
-            if conn.paused and conn.transport is not None:
-                conn.paused = False
-                conn.transport.resume_reading()
+            conn.took(conn.buffered)
             return b"".join(chunks[:-1])  # type: ignore[arg-type]
         return b"".join([chunk async for chunk in self.aiter_raw()])
 
@@ -235,12 +268,11 @@ class UpstreamResponse:
         item = conn.chunks.popleft()
         if type(item) is bytes and conn.chunks and type(conn.chunks[0]) is bytes:
             parts = [item]
-            while conn.chunks and type(conn.chunks[0]) is bytes:  # a few: reading pauses past _PAUSE_AT
+            while conn.chunks and type(conn.chunks[0]) is bytes:  # at most _PAUSE_BYTES: reading pauses there
                 parts.append(conn.chunks.popleft())  # type: ignore[arg-type]
             item = b"".join(parts)
-        if conn.paused and len(conn.chunks) < _PAUSE_AT // 2 and conn.transport is not None:
-            conn.paused = False
-            conn.transport.resume_reading()
+        if type(item) is bytes:
+            conn.took(len(item))
         if isinstance(item, Exception):
             raise item
         return item
@@ -251,7 +283,7 @@ class UpstreamResponse:
             return
         self._released = True
         conn = self._conn
-        conn.origin.busy.discard(conn)
+        conn.origin.finished(conn)
         if conn.reusable() and not conn.chunks:
             conn.origin.put_back(conn)
         else:
@@ -268,17 +300,21 @@ def _expire(waiter: asyncio.Future[object]) -> None:
 
 
 class Origin:
-    """Idle keep-alive connections to one scheme://host:port."""
+    """Connections to one scheme://host:port: those idle between exchanges, and the
+    ``max_connections`` slots that exchanges take."""
 
-    def __init__(self, url: str, max_idle: int = 64, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(self, url: str, max_idle: int = 64, tls: ssl.SSLContext | None = None,
+                 idle_expiry: float = IDLE_EXPIRY, max_connections: int = MAX_CONNECTIONS) -> None:
         parts = urlsplit(url)
         self.scheme = parts.scheme
         self.host = parts.hostname or "127.0.0.1"
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.netloc = parts.netloc
         self.max_idle = max_idle
-        self.idle: deque[_Connection] = deque()
+        self.idle_expiry = idle_expiry
+        self.idle: deque[_Connection] = deque()  # the most recently used last
         self.busy: set[_Connection] = set()  # exchanges under way, for abort()
+        self.slots = asyncio.Semaphore(max_connections)
         self._ssl = (tls or ssl.create_default_context()) if parts.scheme == "https" else None
 
     def put_back(self, conn: _Connection) -> None:
@@ -287,7 +323,26 @@ class Origin:
             conn.close()
         else:
             conn.idle = True
+            conn.idle_since = asyncio.get_running_loop().time()
             self.idle.append(conn)
+
+    def finished(self, conn: _Connection) -> None:
+        """An exchange on ``conn`` is over: its slot is free for the next."""
+        self.busy.discard(conn)
+        if conn.holds_slot:
+            conn.holds_slot = False
+            self.slots.release()
+
+    def _reusable_idle(self) -> _Connection | None:
+        """The most recently used idle connection still fresh; the expired ones are closed."""
+        expired_before = asyncio.get_running_loop().time() - self.idle_expiry
+        while self.idle and self.idle[0].idle_since < expired_before:
+            self.idle.popleft().close()
+        while self.idle:
+            conn = self.idle.pop()
+            if not conn.closed:
+                return conn
+        return None
 
     async def _connect(self, timeout: float) -> _Connection:
         loop = asyncio.get_running_loop()
@@ -310,23 +365,47 @@ class Origin:
         head.append(b"\r\n")
         head.append(body)
         payload = b"".join(head)
-        # A pooled connection the server has since closed fails before any byte comes
-        # back; that is not the server refusing us, so try once more on a fresh one.
-        while self.idle:
-            conn = self.idle.pop()
-            if conn.closed:
-                continue
+        if self.slots.locked():  # every slot taken: wait for an exchange to end, as long as for an answer
             try:
-                return await self._exchange(conn, payload, read_timeout)
-            except UpstreamProtocolError:
-                if conn.received_any:
-                    raise
-        conn = await self._connect(connect_timeout)
-        return await self._exchange(conn, payload, read_timeout)
+                await asyncio.wait_for(self.slots.acquire(), read_timeout)
+            except asyncio.TimeoutError:
+                raise UpstreamTimeout(f"no free connection to {self.netloc} within {read_timeout}s") from None
+        else:
+            await self.slots.acquire()
+        try:
+            # A pooled connection the server has since closed fails before any byte comes
+            # back; that is not the server refusing us, so try once more on a fresh one.
+            while (conn := self._reusable_idle()) is not None:
+                try:
+                    return await self._exchange(conn, payload, read_timeout)
+                except UpstreamProtocolError:
+                    if conn.received_any:
+                        raise
+            conn = await self._connect(connect_timeout)
+            return await self._exchange(conn, payload, read_timeout)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    async def get(self, target: str, headers: Iterable[tuple[bytes, bytes]], timeout: float) -> tuple[int, bytes]:
+        """A whole GET exchange within ``timeout`` seconds in all: status and body.
+        For the proxy's own calls (health checks, scrapes, model lists)."""
+        response = await self.request("GET", target, headers, b"", timeout, timeout)
+        try:
+            async with asyncio.timeout(timeout):
+                body = await response.aread()
+        except TimeoutError:
+            raise UpstreamTimeout(f"GET {target}: the body took longer than {timeout}s") from None
+        finally:
+            await response.aclose()
+        return response.status_code, body
 
     async def _exchange(self, conn: _Connection, payload: bytes, read_timeout: float) -> UpstreamResponse:
+        """Send on ``conn``, holding a slot taken by the caller: the slot is the
+        response's from here, freed when it is closed (or here, if it fails)."""
         assert conn.transport is not None
         conn.idle = False
+        conn.holds_slot = True
         self.busy.add(conn)  # until the response is closed
         try:
             conn.transport.write(payload)
@@ -343,6 +422,7 @@ class Origin:
                 conn.close()
                 raise UpstreamTimeout(f"no response headers within {read_timeout}s")
         except BaseException:
+            conn.holds_slot = False  # the caller frees it
             self.busy.discard(conn)
             raise
         return UpstreamResponse(conn, read_timeout)

@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 from hypothesis import settings as hypothesis_settings
 
-from lab.emulator.app import EmulatorConfig, create_app
-from lab.emulator.engine import SpecConfig
-from lab.emulator.profile import EngineProfile
-from lab.servers import ServerThread
-from proxy.serving import settle_startup_heap
+from draftgate.emulator.app import EmulatorConfig, create_app
+from draftgate.emulator.engine import SpecConfig
+from draftgate.emulator.profile import EngineProfile
+from draftgate.proxy.serving import settle_startup_heap
+from draftgate.servers import ServerThread
+from draftgate.workloads import BFCL_SAMPLE
 
 # CI explores the same examples every run, so a landing never hinges on a lucky draw;
 # local runs keep exploring new ones.
@@ -25,6 +26,14 @@ hypothesis_settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 ROOT = Path(__file__).parents[1]
 SEEDS = [1, 2, 3]
+
+
+def accepted_vllm_flags() -> set[str]:
+    """The flags the pinned vLLM release's ``vllm serve`` accepts (deploy/vllm/flags-<version>.txt)."""
+    from draftgate.proxy.launch import VLLM_VERSION
+
+    listing = ROOT / "deploy" / "vllm" / f"flags-{VLLM_VERSION}.txt"
+    return {line.strip() for line in listing.read_text().splitlines() if line.startswith("--")}
 FAST = 0.02  # wall seconds per simulated second: a 17 ms decode step takes 0.34 ms
 
 
@@ -74,4 +83,4 @@ def pools(request: pytest.FixtureRequest) -> Iterator[tuple[ServerThread, Server
 
 @pytest.fixture(scope="session")
 def bfcl_rows() -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (ROOT / "lab" / "workloads" / "bfcl_sample.jsonl").open()]
+    return [json.loads(line) for line in BFCL_SAMPLE.open()]

@@ -18,11 +18,11 @@ import httpx
 import openai
 import pytest
 
-from lab.servers import ServerThread
-from proxy.app import create_app
-from proxy.config import load_settings
-from proxy.observe import Observation
-from proxy.serving import uvicorn_options
+from draftgate.proxy.app import create_app
+from draftgate.proxy.config import load_settings
+from draftgate.proxy.observe import Observation
+from draftgate.proxy.serving import uvicorn_options
+from draftgate.servers import ServerThread
 from tests.conftest import emulator
 
 
@@ -95,12 +95,12 @@ def no_collector_pauses() -> Iterator[None]:
 def container_health_check(port: int) -> int:
     """The Docker image's HEALTHCHECK against a proxy on ``port``: its exit status."""
     env = {**os.environ, "DRAFTGATE_PORT": str(port)}
-    return subprocess.run([sys.executable, "-m", "proxy.healthcheck"], env=env, timeout=30).returncode
+    return subprocess.run([sys.executable, "-m", "draftgate.proxy.healthcheck"], env=env, timeout=30).returncode
 
 
 def proxy_server(app: Any) -> ServerThread:
     """The proxy app under uvicorn with the options ``draftgate serve`` uses."""
-    return ServerThread(app, options=uvicorn_options(app.state.proxy.gk.settings))
+    return ServerThread(app, options=uvicorn_options(app.state.proxy.settings))
 
 
 def proxy_settings(on_url: str, off_url: str, **overrides: Any):  # type: ignore[no-untyped-def]

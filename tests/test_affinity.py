@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.affinity import AffinityTable, Conversation
+from draftgate.proxy.affinity import AffinityTable, Conversation
 from tests.memory import bytes_kept
 
 SYSTEM = {"role": "system", "content": "You are a careful agent."}
@@ -142,7 +142,7 @@ def test_the_chain_depends_on_the_messages_alone(first: list[Any], second: list[
 
 
 def test_the_benchmark_times_the_chain_against_its_baseline_on_the_same_bodies() -> None:
-    from lab.bench_conversation import conversation, paired_medians_us, repr_chain
+    from bench.bench_conversation import conversation, paired_medians_us, repr_chain
 
     raw = conversation(3)
     body = json.loads(raw)

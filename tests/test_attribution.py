@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policy.attribution import CounterAttribution, nnls
+from draftgate.policy.attribution import CounterAttribution, nnls
 
 
 @settings(max_examples=50, deadline=None)

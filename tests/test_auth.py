@@ -1,10 +1,10 @@
-"""proxy.auth: which Authorization headers carry which token, and which tokens match."""
+"""draftgate.proxy.auth: which Authorization headers carry which token, and which tokens match."""
 
 from __future__ import annotations
 
 from pydantic import SecretStr
 
-from proxy.auth import bearer_token, token_matches
+from draftgate.proxy.auth import bearer_token, token_matches
 
 KEYS = [SecretStr("first-key"), SecretStr("second-key"), SecretStr("clé-unicode")]
 

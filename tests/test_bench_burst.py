@@ -1,4 +1,4 @@
-"""lab.bench_burst runs end to end and prints its table (the figures are docs/performance.md's, not asserted)."""
+"""bench.bench_burst runs end to end and prints its table (the figures are docs/performance.md's, not asserted)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 
 def test_the_burst_benchmark_counts_every_stream_on_both_paths() -> None:
-    proc = subprocess.run([sys.executable, "-m", "lab.bench_burst", "--streams", "40", "--rounds", "1"],
+    proc = subprocess.run([sys.executable, "-m", "bench.bench_burst", "--streams", "40", "--rounds", "1"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = {line.split()[1]: line.split() for line in proc.stdout.splitlines()[1:]}

@@ -1,4 +1,4 @@
-"""lab.bench_disconnect runs end to end and prints its table (the figures are the README's, not asserted)."""
+"""bench.bench_disconnect runs end to end and prints its table (the figures are the README's, not asserted)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 
 def test_the_disconnect_benchmark_prints_both_paths_for_both_kinds_of_request() -> None:
-    proc = subprocess.run([sys.executable, "-m", "lab.bench_disconnect", "--trials", "2"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "bench.bench_disconnect", "--trials", "2"], capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [line.split() for line in proc.stdout.splitlines() if line.split()[:1] in (["streamed"], ["non-streamed"])]

@@ -1,4 +1,4 @@
-"""lab.bench_gc runs end to end and prints its table (the pauses are docs/performance.md's, not asserted)."""
+"""bench.bench_gc runs end to end and prints its table (the pauses are docs/performance.md's, not asserted)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 
 def test_the_collector_benchmark_fills_the_tables_and_compares_both_heaps() -> None:
-    proc = subprocess.run([sys.executable, "-m", "lab.bench_gc", "--rounds", "1"],
+    proc = subprocess.run([sys.executable, "-m", "bench.bench_gc", "--rounds", "1"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines()[1:]}

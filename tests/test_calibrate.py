@@ -9,15 +9,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lab.calibrate import protocol
-from lab.calibrate.report import verdicts, write_report
-from lab.emulator.faults import Faults
-from lab.emulator.profile import EngineProfile
-from lab.workloads.agent import mixed_requests
-from policy.gate import PoolView, predicted_taus
-from proxy.app import create_app
-from proxy.calibration_file import load_calibration, save_calibration
-from proxy.config import load_settings
+from draftgate.calibrate import protocol
+from draftgate.calibrate.report import verdicts, write_report
+from draftgate.emulator.faults import Faults
+from draftgate.emulator.profile import EngineProfile
+from draftgate.policy.gate import PoolView, predicted_taus
+from draftgate.proxy.app import create_app
+from draftgate.proxy.calibration_file import load_calibration, save_calibration
+from draftgate.proxy.config import load_settings
+from draftgate.workloads.agent import mixed_requests
 from tests.conftest import emulator
 from tests.proxy_harness import metric_value, proxy_server
 
@@ -124,12 +124,12 @@ def test_resumes_after_interruption(tmp_path: Path) -> None:
 
 
 def test_cli_errors_are_one_line(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "proxy.cli.main", "calibrate", "--spec-on", "http://127.0.0.1:9",
+    cmd = [sys.executable, "-m", "draftgate.proxy.cli.main", "calibrate", "--spec-on", "http://127.0.0.1:9",
            "--spec-off", "http://127.0.0.1:9", "--out", str(tmp_path / "c.yaml")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "unreachable" in proc.stderr and "Traceback" not in proc.stderr
     with emulator(606, True) as on, emulator(606, False) as off:
-        cmd = [sys.executable, "-m", "proxy.cli.main", "calibrate", "--spec-on", on.url, "--spec-off", off.url,
+        cmd = [sys.executable, "-m", "draftgate.proxy.cli.main", "calibrate", "--spec-on", on.url, "--spec-off", off.url,
                "--model", "other/model", "--out", str(tmp_path / "c.yaml")]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and "not other/model" in proc.stderr

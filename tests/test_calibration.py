@@ -7,9 +7,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from policy.calibration import Calibration, CalibrationError, Curve, dump_calibration
-from policy.gate import PoolView, predicted_taus
-from proxy.calibration_file import load_calibration, save_calibration
+from draftgate.policy.calibration import (
+    Calibration,
+    CalibrationError,
+    Curve,
+    dump_calibration,
+)
+from draftgate.policy.gate import PoolView, predicted_taus
+from draftgate.proxy.calibration_file import load_calibration, save_calibration
 
 
 def test_defaults_are_marked_and_usable() -> None:

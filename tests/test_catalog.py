@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import asyncio
 
-import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from lab.servers import ServerThread
-from proxy.catalog import ModelCatalog
-from proxy.config import load_settings
-from proxy.pools import PoolSet
+from draftgate.proxy.catalog import ModelCatalog
+from draftgate.proxy.config import load_settings
+from draftgate.proxy.pools import PoolSet
+from draftgate.proxy.upstream import UpstreamClient
+from draftgate.servers import ServerThread
 
 
 def catalog_of(*names: str) -> ModelCatalog:
@@ -64,10 +64,11 @@ def test_each_models_context_is_the_shortest_a_pool_lists_and_an_adapter_has_its
         settings = load_settings(None, pools=[{"name": "a", "urls": [a.url]}, {"name": "b", "urls": [b.url]}])
 
         async def refreshed() -> ModelCatalog:
-            async with httpx.AsyncClient() as client:
-                catalog = ModelCatalog(PoolSet(settings.pools, 0), client)
-                await catalog.refresh()
-                return catalog
+            client = UpstreamClient()
+            catalog = ModelCatalog(PoolSet(settings.pools, 0), client)
+            await catalog.refresh()
+            client.close()
+            return catalog
 
         catalog = asyncio.run(refreshed())
     assert catalog.context_of("m") == 16384  # the gate weighs a request before it picks the pool

@@ -7,14 +7,14 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from proxy.config import READ_AT_STARTUP, ProxySettings
-from proxy.config_reference import SECTIONS, render
+from draftgate.proxy.config import READ_AT_STARTUP, ProxySettings
+from draftgate.proxy.config_reference import SECTIONS, render
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 
 
 def test_the_committed_reference_is_the_one_the_models_write() -> None:
-    assert DOC.read_text() == render(), "regenerate: python -m proxy.config_reference > docs/configuration.md"
+    assert DOC.read_text() == render(), "regenerate: python -m draftgate.proxy.config_reference > docs/configuration.md"
 
 
 def test_every_key_is_explained_and_every_nested_model_has_its_section() -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.demo.run import run_demo
+from draftgate.demo.run import run_demo
 
 
 def children() -> set[int]:
@@ -60,7 +60,7 @@ def test_ctrl_c_stops_everything(tmp_path: Path) -> None:
     import sys
     import time
 
-    proc = subprocess.Popen([sys.executable, "-m", "proxy.cli.main", "demo", "--scale", "0.1", "--out", str(tmp_path)],
+    proc = subprocess.Popen([sys.executable, "-m", "draftgate.proxy.cli.main", "demo", "--scale", "0.1", "--out", str(tmp_path)],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     started: set[int] = set()
     deadline = time.monotonic() + 120

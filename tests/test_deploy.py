@@ -15,8 +15,9 @@ import httpx
 import pytest
 import yaml
 
-from lab.servers import ServerProcess, free_port
-from proxy.launch import VLLM_IMAGE, LaunchSettings, accepted_flags, commands
+from draftgate.proxy.launch import VLLM_IMAGE, LaunchSettings, commands
+from draftgate.servers import ServerProcess, free_port
+from tests.conftest import accepted_vllm_flags
 
 ROOT = Path(__file__).parents[1]
 DEPLOY = ROOT / "deploy"
@@ -50,17 +51,17 @@ def test_dockerfile_passes_hadolint() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     text = (ROOT / "Dockerfile").read_text()
     assert text.count("FROM ") == 2 and "USER 10001" in text
-    assert 'CMD ["python", "-m", "proxy.healthcheck"]' in text  # tests/test_proxy_ops.py runs it
+    assert 'CMD ["python", "-m", "draftgate.proxy.healthcheck"]' in text  # tests/test_proxy_ops.py runs it
     assert 'ENTRYPOINT ["draftgate", "serve"]' in text
 
 
 def test_generated_command_lines_use_only_flags_the_pinned_vllm_accepts() -> None:
-    accepted = accepted_flags()
+    accepted = accepted_vllm_flags()
     assert "--speculative-config" in accepted and "--per-request-spec-decode-metrics" in accepted
     for argv in commands(LaunchSettings()).values():
         assert argv[:2] == ["vllm", "serve"]
         assert flags_of(argv) <= accepted, flags_of(argv) - accepted
-    proc = subprocess.run([sys.executable, "-m", "proxy.cli.main", "pools"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "draftgate.proxy.cli.main", "pools"], capture_output=True, text=True,
                           timeout=60)
     printed = [shlex.split(line)[1:] for line in proc.stdout.splitlines() if "vllm serve" in line]
     assert printed == list(commands(LaunchSettings()).values())
@@ -69,7 +70,7 @@ def test_generated_command_lines_use_only_flags_the_pinned_vllm_accepts() -> Non
 @pytest.mark.parametrize("name", ["compose.yaml", "compose.single-h200.yaml"])
 def test_compose_vllm_commands_match_the_launch_settings(name: str) -> None:
     services = compose(name)["services"]
-    accepted = accepted_flags()
+    accepted = accepted_vllm_flags()
     for service, pool in (("vllm-spec", "spec-on"), ("vllm-plain", "spec-off")):
         argv = [interpolate(str(a)) for a in services[service]["command"]]
         assert flags_of(argv) <= accepted, flags_of(argv) - accepted
@@ -93,8 +94,8 @@ def test_compose_references_files_images_and_ports_that_exist() -> None:
                 assert (DEPLOY / source).exists(), source
                 mounted.append((DEPLOY / source).resolve())
     # the files the observation tests evaluate are the ones mounted
-    assert (DEPLOY / "prometheus" / "alerts.yml").resolve() in mounted
-    assert (DEPLOY / "grafana" / "dashboards").resolve() in mounted
+    assert (DEPLOY.parent / "helm" / "draftgate" / "rules" / "alerts.yml").resolve() in mounted
+    assert (DEPLOY.parent / "helm" / "draftgate" / "dashboards").resolve() in mounted
     host_ports = [p.split(":")[0] for s in services.values() for p in s.get("ports", [])]
     assert len(host_ports) == len(set(host_ports))
     prometheus = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
@@ -152,13 +153,13 @@ port = args[args.index("--port") + 1]
 spec = args[args.index("--speculative-config") + 1] if "--speculative-config" in args else None
 argv = ["emulate", "--port", port, "--time-scale", "0.02"] + (["--speculative-config", spec] if spec else [])
 sys.argv = ["draftgate", *argv]
-from proxy.cli.main import main
+from draftgate.proxy.cli.main import main
 raise SystemExit(main(argv))
 """)
     fake.chmod(0o755)
     env = dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}", PYTHONPATH=str(ROOT))
     spec_port, plain_port = free_port(), free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "proxy.cli.main", "pools", "--run", "--timeout", "60",
+    proc = subprocess.Popen([sys.executable, "-m", "draftgate.proxy.cli.main", "pools", "--run", "--timeout", "60",
                              "--spec-port", str(spec_port), "--plain-port", str(plain_port)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
     try:

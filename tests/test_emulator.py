@@ -15,7 +15,7 @@ import jsonschema
 import openai
 import pytest
 
-from lab.emulator.tokens import tokenize
+from draftgate.emulator.tokens import tokenize
 from tests.conftest import emulator
 from tests.proxy_harness import metric_value
 
@@ -244,7 +244,7 @@ def test_speculation_is_lossless_at_temperature_zero(pools, bfcl_rows) -> None:
 
 def test_injected_mismatch_breaks_losslessness() -> None:
     bodies = [{"messages": USER, "temperature": 0, "max_tokens": 20}]
-    with emulator(5, True, faults=__import__("lab.emulator.faults", fromlist=["Faults"]).Faults(mismatch_rate=1.0)) as on, \
+    with emulator(5, True, faults=__import__("draftgate.emulator.faults", fromlist=["Faults"]).Faults(mismatch_rate=1.0)) as on, \
             emulator(5, False) as off:
         assert _texts(on.url, bodies) != _texts(off.url, bodies)
 
@@ -587,7 +587,7 @@ def test_timing_model_holds() -> None:
 
 
 def test_faults() -> None:
-    from lab.emulator.faults import Faults
+    from draftgate.emulator.faults import Faults
 
     with emulator(11, True) as on:
         httpx.post(f"{on.url}/debug/faults", json={"health_503": True})
@@ -630,7 +630,7 @@ def test_disconnect_frees_the_sequence() -> None:
 
 
 def test_emulate_cli_process() -> None:
-    from lab.servers import ServerProcess
+    from draftgate.servers import ServerProcess
 
     with ServerProcess(["emulate", "--speculative-config",
                         '{"method": "draft_model", "model": "Qwen/Qwen3-4B", "num_speculative_tokens": 4,'
@@ -640,13 +640,13 @@ def test_emulate_cli_process() -> None:
         spec = r["metrics"]["speculative_decoding"]
         assert len(spec["per_step_accepted"]) == spec["num_spec_steps"] > 0
         assert "emulator" in server.output()
-    bad = subprocess.run([sys.executable, "-m", "proxy.cli.main", "emulate", "--speculative-config", "{bad"],
+    bad = subprocess.run([sys.executable, "-m", "draftgate.proxy.cli.main", "emulate", "--speculative-config", "{bad"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "not valid JSON" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_refuse_connections_fault_stops_accepting() -> None:
-    from lab.servers import ServerProcess
+    from draftgate.servers import ServerProcess
 
     with ServerProcess(["emulate", "--time-scale", "0.02"]) as server:
         assert httpx.get(f"{server.url}/health").status_code == 200

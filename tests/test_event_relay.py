@@ -1,4 +1,4 @@
-"""proxy.relay: a backend's SSE stream reaches the client event for event, whatever its events hold."""
+"""draftgate.proxy.relay: a backend's SSE stream reaches the client event for event, whatever its events hold."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policy.structure import chat_completion
-from proxy.observe import Observation
-from proxy.relay import relay_events
+from draftgate.policy.structure import chat_completion
+from draftgate.proxy.observe import Observation
+from draftgate.proxy.relay import relay_events
 
 
 def _event(payload: object) -> bytes:

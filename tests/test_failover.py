@@ -11,9 +11,15 @@ import time
 import httpx
 import pytest
 
-from proxy.app import create_app
+from draftgate.proxy.app import create_app
 from tests.conftest import emulator
-from tests.proxy_harness import metric_value, proxy_server, proxy_settings, stack, wait_until
+from tests.proxy_harness import (
+    metric_value,
+    proxy_server,
+    proxy_settings,
+    stack,
+    wait_until,
+)
 
 MODEL = "Qwen/Qwen3-32B"
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -26,7 +32,7 @@ def test_failover_when_a_pool_is_down() -> None:
     # health checks slow enough that requests, not the checker, find the dead pool first
     with stack(4, health_interval=30.0) as st:
         # the first check runs at start-up: let it pass first, or it may be what finds the pool dead
-        pools = st.proxy.server.config.app.state.proxy.gk.pools
+        pools = st.proxy.server.config.app.state.proxy.upstreams.pools
         assert wait_until(lambda: all(r.checked_at > 0 for pool in pools for r in pool.replicas.values()))
         st.on.server.should_exit = True
         st.on.thread.join(timeout=10)
@@ -112,7 +118,7 @@ def test_a_stream_that_breaks_before_its_first_event_goes_to_another_pool() -> N
         events = [json.loads(line[6:]) for line in r.text.split("\n\n") if line.startswith("data: {")]
         assert not any("error" in e for e in events) and events[-1]["choices"][0]["finish_reason"] == "length"
         assert st.metric("draftgate_failovers_total", from_pool=chosen, to_pool=other) == 1
-        assert wait_until(lambda: all(p.inflight == 0 for p in st.proxy.server.config.app.state.proxy.gk.pools))
+        assert wait_until(lambda: all(p.inflight == 0 for p in st.proxy.server.config.app.state.proxy.upstreams.pools))
 
 
 def test_an_answer_cut_short_goes_to_another_pool() -> None:
@@ -129,7 +135,7 @@ def test_an_answer_cut_short_goes_to_another_pool() -> None:
         assert r.status_code == 200 and r.headers["x-draftgate-route"] == other
         assert r.json()["choices"][0]["finish_reason"] == "length"
         assert st.metric("draftgate_failovers_total", from_pool=chosen, to_pool=other) == 1
-        assert wait_until(lambda: all(p.inflight == 0 for p in st.proxy.server.config.app.state.proxy.gk.pools))
+        assert wait_until(lambda: all(p.inflight == 0 for p in st.proxy.server.config.app.state.proxy.upstreams.pools))
 
 
 def test_a_model_one_pool_lacks_goes_only_to_pools_that_serve_it() -> None:

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policy.calibration import Calibration
-from policy.gate import Affinity, GatePolicy, PoolView, decide
-from policy.structure import estimate
+from draftgate.policy.calibration import Calibration
+from draftgate.policy.gate import Affinity, GatePolicy, PoolView, decide
+from draftgate.policy.structure import estimate
 
 SPEC = PoolView("spec", "draft_model", gamma=8)
 PLAIN = PoolView("plain", None)

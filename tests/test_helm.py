@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy.config import load_settings
-from proxy.launch import accepted_flags
+from draftgate.proxy.config import load_settings
+from tests.conftest import accepted_vllm_flags
 
 ROOT = Path(__file__).parents[1]
 CHART = ROOT / "helm" / "draftgate"
@@ -171,7 +171,7 @@ def test_in_chart_pools_are_headless_with_startup_probes_and_known_flags() -> No
     docs = render()
     pools = [d for d in docs if d["kind"] == "Service" and d["metadata"]["labels"].get("app.kubernetes.io/component") == "vllm"]
     assert len(pools) == 2 and all(s["spec"]["clusterIP"] == "None" for s in pools)
-    accepted = accepted_flags()
+    accepted = accepted_vllm_flags()
     for deployment in (d for d in docs if d["kind"] == "Deployment" and "vllm" in d["metadata"]["labels"].get(
             "app.kubernetes.io/component", "")):
         container = deployment["spec"]["template"]["spec"]["containers"][0]
@@ -187,11 +187,11 @@ def test_in_chart_pools_are_headless_with_startup_probes_and_known_flags() -> No
 def test_monitoring_objects_carry_the_tested_rules_and_dashboard() -> None:
     docs = render(values=MONITORED)
     rule = next(d for d in docs if d["kind"] == "PrometheusRule")
-    assert rule["spec"] == yaml.safe_load((ROOT / "deploy" / "prometheus" / "alerts.yml").read_text())
+    assert rule["spec"] == yaml.safe_load((CHART / "rules" / "alerts.yml").read_text())
     dashboard = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("dashboard"))
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(dashboard["data"]["draftgate.json"]) == json.loads(
-        (ROOT / "deploy" / "grafana" / "dashboards" / "draftgate.json").read_text())
+        (CHART / "dashboards" / "draftgate.json").read_text())
 
 
 def test_any_other_proxy_setting_passes_through_config_extra(tmp_path: Path) -> None:

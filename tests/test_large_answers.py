@@ -14,17 +14,28 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import generate_latest
 
-from policy.structure import TextParts, chat_completion
-from proxy import large_answers
-from proxy.app import create_app
-from proxy.large_answers import (LARGE_ANSWER_BYTES, answer_skeleton, answer_skeleton_in_turns, responses_answer,
-                                 responses_answer_in_turns)
-from proxy.observe import Observation
-from proxy.relay import relay_events
-from proxy.turns import at_once as run_at_once
+from draftgate.policy.structure import TextParts, chat_completion
+from draftgate.proxy import large_answers
+from draftgate.proxy.app import create_app
+from draftgate.proxy.large_answers import (
+    LARGE_ANSWER_BYTES,
+    answer_skeleton,
+    answer_skeleton_in_turns,
+    responses_answer,
+    responses_answer_in_turns,
+)
+from draftgate.proxy.observe import Observation
+from draftgate.proxy.relay import relay_events
+from draftgate.proxy.turns import at_once as run_at_once
 from tests.conftest import emulator
-from tests.proxy_harness import (hold_answer_readings, metric_value, proxy_server, proxy_settings, stack,
-                                  wait_until)
+from tests.proxy_harness import (
+    hold_answer_readings,
+    metric_value,
+    proxy_server,
+    proxy_settings,
+    stack,
+    wait_until,
+)
 
 MODEL = "Qwen/Qwen3-32B"
 
@@ -291,7 +302,7 @@ def test_stopping_waits_for_answers_still_being_read(monkeypatch: pytest.MonkeyP
                 last = events.read().decode().rstrip().rpartition("\ndata: ")[2]
             threading.Timer(0.3, reading.set).start()  # once the proxy has been told to stop
     generated = json.loads(last)["response"]["usage"]["output_tokens"]
-    counted = output_tokens_in(generate_latest(app.state.proxy.gk.metrics.registry).decode())
+    counted = output_tokens_in(generate_latest(app.state.proxy.metrics.registry).decode())
     assert generated > 0 and counted == generated
 
 

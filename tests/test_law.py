@@ -1,4 +1,4 @@
-"""The Draft Law: properties (hypothesis), the DESIGN table, and hand-checked points."""
+"""The Draft Law: properties (hypothesis), the break-even table of docs/model.md, and hand-checked points."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from policy import law
+from draftgate.policy import law
 
 alphas = st.floats(0.0, 1.0)
 gammas = st.integers(1, 24)
@@ -155,8 +155,8 @@ def test_break_even_alpha_separates_paying_from_losing(alpha: float, gamma: int,
         assert saving < 0
 
 
-# DESIGN section 1's table: gamma, delta+d, exact eps*, closed-form eps*, in-model saving there.
-DESIGN_TABLE = [
+# docs/model.md's break-even table: gamma, delta+d, exact eps*, closed-form eps*, in-model saving there.
+BREAK_EVEN_TABLE = [
     (4, 0.17, 0.588, 0.332, 0.36),
     (8, 0.10, 0.555, 0.200, 0.58),
     (8, 0.17, 0.421, 0.184, 0.48),
@@ -164,7 +164,7 @@ DESIGN_TABLE = [
 ]
 
 
-@pytest.mark.parametrize(("gamma", "ov", "exact", "closed", "saving"), DESIGN_TABLE)
+@pytest.mark.parametrize(("gamma", "ov", "exact", "closed", "saving"), BREAK_EVEN_TABLE)
 def test_design_table(gamma: int, ov: float, exact: float, closed: float, saving: float) -> None:
     drafter = law.Drafter(gamma, 0.0, ov)
     assert law.break_even_eps(drafter) == pytest.approx(exact, abs=5e-4)

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from proxy.logs import JsonFormatter, RequestLog
+from draftgate.proxy.logs import JsonFormatter, RequestLog
 from tests.proxy_harness import stack, wait_until
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "logs.md"

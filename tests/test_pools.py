@@ -1,9 +1,9 @@
-"""proxy.pools: which replica of a pool a request goes to."""
+"""draftgate.proxy.pools: which replica of a pool a request goes to."""
 
 from __future__ import annotations
 
-from proxy.config import PoolConfig
-from proxy.pools import Pool
+from draftgate.proxy.config import PoolConfig
+from draftgate.proxy.pools import Pool
 
 URLS = ["http://a:8000", "http://b:8000", "http://c:8000"]
 

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from lab.progress import draw
+from draftgate.progress import draw
 
 
 class _Terminal(io.StringIO):

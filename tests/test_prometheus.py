@@ -14,14 +14,14 @@ import httpx
 import pytest
 import yaml
 
-from lab.dashboard_spec import PANELS, dashboard
-from lab.render_dashboard import render
-from lab.servers import free_port
+from bench.dashboard_spec import PANELS, dashboard
+from bench.render_dashboard import render
+from draftgate.servers import free_port
 from tests.proxy_harness import stack
 
 ROOT = Path(__file__).parents[1]
-ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
-DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "draftgate.json"
+ALERTS = ROOT / "helm" / "draftgate" / "rules" / "alerts.yml"
+DASHBOARD = ROOT / "helm" / "draftgate" / "dashboards" / "draftgate.json"
 MODEL = "Qwen/Qwen3-32B"
 PROMETHEUS = shutil.which("prometheus")
 SERIES = re.compile(r"\b(draftgate_[a-z_]+|vllm:[a-z_:]+)")
@@ -48,7 +48,7 @@ def test_promtool_accepts_the_alert_rules() -> None:
 def test_every_alert_fires_on_its_symptom_and_only_there() -> None:
     """An expression can parse and evaluate and still never fire: a ratio of a
     labelled sum to an unlabelled one matched nothing until this test ran it."""
-    tests = ALERTS.with_name("alerts_test.yml")
+    tests = ROOT / "deploy" / "prometheus" / "alerts_test.yml"
     proc = subprocess.run(["promtool", "test", "rules", str(tests)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     tested = {case["alertname"] for group in yaml.safe_load(tests.read_text())["tests"]

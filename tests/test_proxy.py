@@ -16,11 +16,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from lab.servers import ServerThread
-from proxy.app import create_app
-from proxy.passthrough import has_dot_segment
-from tests.proxy_harness import (Stack, metric_value, no_collector_pauses, proxy_server, proxy_settings, stack,
-                                 wait_until)
+from draftgate.proxy.app import create_app
+from draftgate.proxy.passthrough import has_dot_segment
+from draftgate.servers import ServerThread
+from tests.proxy_harness import (
+    Stack,
+    metric_value,
+    no_collector_pauses,
+    proxy_server,
+    proxy_settings,
+    stack,
+    wait_until,
+)
 
 MODEL = "Qwen/Qwen3-32B"
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {

@@ -17,18 +17,30 @@ import httpx
 import pytest
 import yaml
 
-from lab.servers import ServerProcess, free_port
-from proxy.app import create_app
-from proxy.config import ConfigError, load_settings
-from proxy.metrics import MAX_MODEL_LABEL_CHARS, MAX_MODEL_LABELS, OTHER_MODELS
-from proxy.monitor import Monitor
-from proxy.pools import PoolSet
+from draftgate.proxy.app import create_app
+from draftgate.proxy.config import ConfigError, load_settings
+from draftgate.proxy.metrics import (
+    MAX_MODEL_LABEL_CHARS,
+    MAX_MODEL_LABELS,
+    OTHER_MODELS,
+)
+from draftgate.proxy.monitor import Monitor
+from draftgate.proxy.pools import PoolSet
+from draftgate.proxy.upstream import UpstreamClient
+from draftgate.servers import ServerProcess, free_port
 from tests.conftest import emulator
-from tests.proxy_harness import container_health_check, metric_value, proxy_server, proxy_settings, stack, wait_until
+from tests.proxy_harness import (
+    container_health_check,
+    metric_value,
+    proxy_server,
+    proxy_settings,
+    stack,
+    wait_until,
+)
 
 MODEL = "Qwen/Qwen3-32B"
 USER = [{"role": "user", "content": "hello"}]
-DRAFTGATE = [sys.executable, "-m", "proxy.cli.main"]
+DRAFTGATE = [sys.executable, "-m", "draftgate.proxy.cli.main"]
 
 
 def test_invalid_configuration_stops_startup_with_one_line(tmp_path: Path) -> None:
@@ -62,13 +74,13 @@ def test_check_validates_a_configuration_without_serving(tmp_path: Path) -> None
 def test_serve_freezes_what_it_built_before_it_serves(monkeypatch: pytest.MonkeyPatch) -> None:
     """The heap built at startup is out of the cycle collector's walks before the first
     request comes (proxy.serving.settle_startup_heap): a full collection stops the loop."""
-    from proxy.cli.main import main
-    from proxy.serving import SignalAwareServer
+    from draftgate.proxy.cli.main import main
+    from draftgate.proxy.serving import SignalAwareServer
 
     frozen_when_serving: list[int] = []
     monkeypatch.setattr(SignalAwareServer, "run", lambda self, sockets=None: frozen_when_serving.append(
         gc.get_freeze_count()))
-    monkeypatch.setattr("proxy.logs.configure", lambda level: None)  # the test process keeps its logging
+    monkeypatch.setattr("draftgate.proxy.logs.configure", lambda level: None)  # the test process keeps its logging
     gc.unfreeze()  # conftest froze the session's heap: what is frozen now is serve's doing alone
     main(["serve", "--spec-on", "http://127.0.0.1:9", "--spec-off", "http://127.0.0.1:10", "--port", "0"])
     assert len(frozen_when_serving) == 1 and frozen_when_serving[0] > 10_000
@@ -235,18 +247,18 @@ def test_reload_endpoint_needs_the_admin_token(tmp_path: Path) -> None:
             cfg.write_text(yaml.safe_dump(config))
             r = httpx.post(f"{proxy.url}/draftgate/reload", headers={"authorization": "Bearer s3cret"})
             assert r.status_code == 200 and r.json()["reloaded"] and r.json()["restart_needed"] == []
-            assert app.state.proxy.gk.pool("spec-on").config.speculation.gamma == 4
+            assert app.state.proxy.upstreams.pool("spec-on").config.speculation.gamma == 4
             # a table sized at startup keeps its size: the answer says so, each time, until a restart
             config["affinity_capacity"] = 10
             cfg.write_text(yaml.safe_dump(config))
             for _ in range(2):
                 r = httpx.post(f"{proxy.url}/draftgate/reload", headers={"authorization": "Bearer s3cret"})
                 assert r.status_code == 200 and r.json()["restart_needed"] == ["affinity_capacity"]
-            assert app.state.proxy.gk.affinity.capacity == 100_000
+            assert app.state.proxy.planner.affinity.capacity == 100_000
             cfg.write_text("pools: [")
             r = httpx.post(f"{proxy.url}/draftgate/reload", headers={"authorization": "Bearer s3cret"})
             assert r.status_code == 400 and "YAML" in r.json()["error"]["message"]
-            assert app.state.proxy.gk.pool("spec-on").config.speculation.gamma == 4
+            assert app.state.proxy.upstreams.pool("spec-on").config.speculation.gamma == 4
 
 
 def test_reload_keeps_in_flight_requests(tmp_path: Path) -> None:
@@ -408,7 +420,7 @@ def test_dns_names_resolve_to_replicas() -> None:
             {"name": "spec-off", "urls": [off.url]}], health_interval=0.2, log_requests=False)
         app = create_app(settings)
         with proxy_server(app) as proxy:
-            pool = app.state.proxy.gk.pool("spec-on")
+            pool = app.state.proxy.upstreams.pool("spec-on")
             assert wait_until(lambda: f"http://127.0.0.1:{port}" in pool.replicas), list(pool.replicas)
             r = httpx.post(f"{proxy.url}/v1/chat/completions", json={"model": MODEL, "messages": USER, "max_tokens": 2})
             assert r.status_code == 200
@@ -422,11 +434,10 @@ def test_a_dns_change_is_reported_once_so_state_of_gone_replicas_can_be_dropped(
     changes: list[int] = []
 
     async def resolve_twice() -> None:
-        async with httpx.AsyncClient() as client:
-            monitor = Monitor(pools, client, lambda: settings, on_replicas_changed=lambda: changes.append(1))
-            await monitor.resolve(pool)
-            assert "http://localhost:8000" not in pool.replicas and "http://127.0.0.1:8000" in pool.replicas
-            await monitor.resolve(pool)  # the same addresses again: nothing changed
+        monitor = Monitor(pools, UpstreamClient(), lambda: settings, on_replicas_changed=lambda: changes.append(1))
+        await monitor.resolve(pool)
+        assert "http://localhost:8000" not in pool.replicas and "http://127.0.0.1:8000" in pool.replicas
+        await monitor.resolve(pool)  # the same addresses again: nothing changed
 
     asyncio.run(resolve_twice())
     assert changes == [1]
@@ -451,14 +462,14 @@ def test_what_is_kept_per_replica_goes_with_the_replica(tmp_path: Path) -> None:
         with proxy_server(app) as server:
             assert httpx.post(f"{server.url}/v1/chat/completions", json=body).headers["x-draftgate-route"] == "spec-on"
             assert wait_until(lambda: old.url in proxy.recorder.last_accepted), "no attribution window was opened"
-            assert old.url in proxy.upstream
+            assert old.url in proxy.client
             write(new.url)
             proxy.do_reload()
-            assert old.url not in proxy.upstream
+            assert old.url not in proxy.client
             assert all(old.url not in state for state in (proxy.recorder.attribution, proxy.recorder.window_tokens,
                                                           proxy.recorder.last_accepted, proxy.recorder.window_age))
             assert httpx.post(f"{server.url}/v1/chat/completions", json=body).status_code == 200
-            assert new.url in proxy.upstream
+            assert new.url in proxy.client
 
 
 def test_a_failing_gate_or_recorder_never_costs_the_client_its_answer() -> None:
@@ -473,8 +484,8 @@ def test_a_failing_gate_or_recorder_never_costs_the_client_its_answer() -> None:
         def broken_finish(*args: object) -> None:
             raise KeyError("a bug in the recorder")
 
-        proxy.gk.plan = broken_plan
-        proxy.recorder.finish = broken_finish
+        proxy.planner.plan = broken_plan
+        proxy.recorder.record = broken_finish
         tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
         with httpx.Client(timeout=30) as h:
             for stream in (False, True):
@@ -484,7 +495,7 @@ def test_a_failing_gate_or_recorder_never_costs_the_client_its_answer() -> None:
                 assert r.status_code == 200 and r.headers["x-draftgate-route"] == "spec-off"
                 assert "the gate failed" not in r.text  # the client sees the backend's answer, nothing else
         assert st.metric("draftgate_gate_errors_total") == 2
-        assert wait_until(lambda: all(p.inflight == 0 for p in proxy.gk.pools))
+        assert wait_until(lambda: all(p.inflight == 0 for p in proxy.upstreams.pools))
 
 
 def test_model_names_clients_type_cannot_grow_the_metrics_without_bound() -> None:
@@ -512,7 +523,7 @@ def test_health_checks_act_on_a_503_at_once_and_on_silence_only_when_repeated() 
     """A slow /health is ambiguous (busy or dead), so only repeated silence takes a
     replica out; a 503 is the replica's own word, and takes it out on the first check."""
     with stack(26, health_interval=0.05, health_timeout=0.1, health_timeouts_to_fail=1000) as st:
-        replica = next(iter(st.proxy.server.config.app.state.proxy.gk.pool("spec-on").replicas.values()))
+        replica = next(iter(st.proxy.server.config.app.state.proxy.upstreams.pool("spec-on").replicas.values()))
         httpx.post(f"{st.on.url}/debug/faults", json={"health_delay": 0.5})
         assert wait_until(lambda: replica.timeouts >= 3, seconds=10), replica.timeouts
         assert replica.healthy
@@ -524,7 +535,7 @@ def test_health_checks_act_on_a_503_at_once_and_on_silence_only_when_repeated() 
         assert wait_until(lambda: replica.healthy, seconds=10)
         assert replica.timeouts == 0
     with stack(27, health_interval=0.05, health_timeout=0.1, health_timeouts_to_fail=2) as st:
-        replica = next(iter(st.proxy.server.config.app.state.proxy.gk.pool("spec-on").replicas.values()))
+        replica = next(iter(st.proxy.server.config.app.state.proxy.upstreams.pool("spec-on").replicas.values()))
         httpx.post(f"{st.on.url}/debug/faults", json={"health_delay": 0.5})
         assert wait_until(lambda: not replica.healthy, seconds=10)
         assert replica.timeouts >= 2

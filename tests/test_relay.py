@@ -1,4 +1,4 @@
-"""lab.relay and lab.passthrough, the benchmark's floors: what goes through them arrives as sent, both ways."""
+"""bench.relay and lab.passthrough, the benchmark's floors: what goes through them arrives as sent, both ways."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import json
 import httpx
 import pytest
 
-from lab.servers import ServerProcess
+from draftgate.servers import ServerProcess
 from tests.conftest import emulator
 
 BODY = {"model": "Qwen/Qwen3-32B", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 40,
         "temperature": 0, "seed": 7}
 
 
-@pytest.mark.parametrize("module", ["lab.relay", "lab.passthrough"])
+@pytest.mark.parametrize("module", ["bench.relay", "bench.passthrough"])
 def test_the_floor_returns_what_the_backend_returns(module: str) -> None:
     with emulator(1, False) as backend, ServerProcess(["--to", backend.url], module=module) as relay:
         direct = httpx.post(f"{backend.url}/v1/chat/completions", json=BODY, timeout=30).json()
@@ -30,7 +30,7 @@ def test_the_floor_returns_what_the_backend_returns(module: str) -> None:
         assert text == direct["choices"][0]["message"]["content"]
 
 
-@pytest.mark.parametrize("module", ["lab.relay", "lab.passthrough"])
+@pytest.mark.parametrize("module", ["bench.relay", "bench.passthrough"])
 def test_the_floor_keeps_concurrent_connections_apart(module: str) -> None:
     async def many(url: str) -> list[str]:
         async with httpx.AsyncClient(base_url=url, timeout=30) as client:

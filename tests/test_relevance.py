@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policy.structure.relevance import _STOP_STEMS, unrelated_to_tools
+from draftgate.policy.structure.relevance import _STOP_STEMS, unrelated_to_tools
 
 
 def stems(text: str) -> set[str]:

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policy.structure import chat_completion, chat_view, estimate, measure
+from draftgate.policy.structure import chat_completion, chat_view, estimate, measure
 from tests.proxy_harness import stack, wait_until
 
 MODEL = "Qwen/Qwen3-32B"

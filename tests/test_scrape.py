@@ -5,8 +5,8 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from lab.emulator.metrics import EngineMetrics
-from proxy.monitor import SCRAPED, parse_vllm_metrics
+from draftgate.emulator.metrics import EngineMetrics
+from draftgate.proxy.monitor import SCRAPED, parse_vllm_metrics
 
 # What a second engine, a label value with braces and spaces, *_created samples
 # (vLLM does not export them, other exporters do) and comments look like.

@@ -1,4 +1,4 @@
-"""A short run of ``lab.soak``: mixed agent traffic through ``draftgate serve`` while
+"""A short run of ``bench.soak``: mixed agent traffic through ``draftgate serve`` while
 each fault the emulator can show, and a SIGKILL, hits one replica after another.
 No request may be lost, and the proxy must count every one and hold none after."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from lab.soak import FAULTS, run
+from bench.soak import FAULTS, run
 
 
 def test_no_request_is_lost_while_replicas_fail_one_way_after_another(capsys: pytest.CaptureFixture[str]) -> None:

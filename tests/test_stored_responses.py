@@ -15,15 +15,15 @@ import httpx
 import openai
 import pytest
 
-from lab.servers import ServerProcess, ServerThread
-from proxy.app import create_app
-from proxy.config import PoolConfig, load_settings
-from proxy.pools import Pool
-from proxy.stored_responses import (
+from draftgate.proxy.app import create_app
+from draftgate.proxy.config import PoolConfig, load_settings
+from draftgate.proxy.pools import Pool
+from draftgate.proxy.stored_responses import (
     ResponseHolders,
     continued_response_id,
     stored_response_id,
 )
+from draftgate.servers import ServerProcess, ServerThread
 from tests.conftest import emulator
 from tests.proxy_harness import hold_answer_readings, proxy_server
 

@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 import math
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policy.structure import (
+from draftgate.policy.structure import (
     DEFAULT_PRIORS,
     QWEN3_DEFAULTS,
     ClassTokens,
@@ -26,8 +25,9 @@ from policy.structure import (
     measure_parts,
     shape_key,
 )
+from draftgate.workloads import BFCL_SAMPLE
 
-SAMPLE = Path(__file__).parents[1] / "lab" / "workloads" / "bfcl_sample.jsonl"
+SAMPLE = BFCL_SAMPLE
 WEATHER = {
     "type": "function",
     "function": {

@@ -11,11 +11,11 @@ import openai
 import pytest
 import yaml
 
-from lab.emulator.app import EmulatorConfig
-from lab.emulator.app import create_app as create_emulator
-from lab.servers import ServerProcess, ServerThread, free_port
-from proxy.app import create_app
-from proxy.config import ConfigError, load_settings
+from draftgate.emulator.app import EmulatorConfig
+from draftgate.emulator.app import create_app as create_emulator
+from draftgate.proxy.app import create_app
+from draftgate.proxy.config import ConfigError, load_settings
+from draftgate.servers import ServerProcess, ServerThread, free_port
 from tests.conftest import emulator
 from tests.proxy_harness import (
     container_health_check,
@@ -46,7 +46,7 @@ def test_a_pool_served_over_https_by_a_private_ca() -> None:
         for ca, expected in ((str(TLS / "ca.pem"), "spec-off"), (None, "spec-on")):
             app = create_app(proxy_settings(on.url, https_url, tls_ca_file=ca))
             with proxy_server(app) as proxy:
-                pool = app.state.proxy.gk.pool("spec-off")
+                pool = app.state.proxy.upstreams.pool("spec-off")
                 assert wait_until(lambda: pool.replicas[https_url].checked_at > 0), "never health-checked"
                 assert pool.replicas[https_url].healthy is (ca is not None)
                 r = httpx.post(f"{proxy.url}/v1/chat/completions", json=body, timeout=30)
@@ -69,7 +69,7 @@ def test_a_pool_that_requires_a_client_certificate() -> None:
         for shown, expected in ((client, "spec-off"), ({}, "spec-on")):
             app = create_app(proxy_settings(on.url, https_url, tls_ca_file=str(TLS / "ca.pem"), **shown))
             with proxy_server(app) as proxy:
-                pool = app.state.proxy.gk.pool("spec-off")
+                pool = app.state.proxy.upstreams.pool("spec-off")
                 assert wait_until(lambda: pool.replicas[https_url].checked_at > 0), "never health-checked"
                 assert pool.replicas[https_url].healthy is bool(shown)
                 r = httpx.post(f"{proxy.url}/v1/chat/completions", json=body, timeout=30)

@@ -1,10 +1,10 @@
-"""lab.trace_proxy turns per-request timestamps into stage durations."""
+"""bench.trace_proxy turns per-request timestamps into stage durations."""
 
 from __future__ import annotations
 
 import pytest
 
-from lab.trace_proxy import STAGES, stage_times
+from bench.trace_proxy import STAGES, stage_times
 
 
 def test_stage_times_subtract_the_estimate_from_the_time_before_planning() -> None:

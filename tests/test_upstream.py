@@ -8,7 +8,7 @@ import json
 import httpx
 import pytest
 
-from proxy.upstream import Origin, UpstreamAborted, UpstreamClient
+from draftgate.proxy.upstream import Origin, UpstreamAborted, UpstreamClient, UpstreamConnectError
 from tests.conftest import emulator
 from tests.proxy_harness import metric_value, wait_until
 
@@ -186,3 +186,125 @@ def test_what_has_arrived_is_read_as_one_piece() -> None:
         return pieces
 
     assert asyncio.run(run()) == [b"one two three ", b"four"]
+
+
+# ---------------------------------------------------------------- hardening, against raw servers
+
+
+class RawServer:
+    """An HTTP server written by hand on loopback, to answer as real servers may but
+    vLLM rarely does; it counts the connections it accepted and those open at once."""
+
+    def __init__(self, answer: bytes, close_after: bool = False, hold: float = 0.0) -> None:
+        self.answer, self.close_after, self.hold = answer, close_after, hold
+        self.accepted = 0
+        self.open_now = 0
+        self.most_open = 0
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        self.open_now += 1
+        self.most_open = max(self.most_open, self.open_now)
+        try:
+            while (await reader.readuntil(b"\r\n\r\n")):
+                await asyncio.sleep(self.hold)
+                writer.write(self.answer)
+                await writer.drain()
+                if self.close_after:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self.open_now -= 1
+            writer.close()
+
+    async def stop(self) -> None:
+        self.server.close()
+        await self.server.wait_closed()
+
+
+KEEP_ALIVE_OK = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+
+
+def test_an_idle_connection_is_not_reused_past_its_expiry() -> None:
+    """Servers close idle keep-alive connections (vLLM's uvicorn after 5 s); one reused
+    just as the server closes it loses the request written to it. The client drops its
+    idle connections before the server would."""
+    async def run() -> int:
+        server = RawServer(KEEP_ALIVE_OK)
+        origin = Origin(await server.start(), idle_expiry=0.2)
+        for pause in (0.0, 0.05, 0.4):
+            await asyncio.sleep(pause)
+            status, answer = await origin.get("/", [], 5)
+            assert (status, answer) == (200, b"ok")
+        origin.close()
+        await server.stop()
+        return server.accepted
+
+    # the second request reuses the first connection; the third comes after the expiry
+    assert asyncio.run(run()) == 2
+
+
+def test_a_body_without_length_ends_when_the_server_closes() -> None:
+    async def run() -> tuple[int, bytes, int]:
+        server = RawServer(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\nuntil close",
+                           close_after=True)
+        origin = Origin(await server.start())
+        status, answer = await origin.get("/", [], 5)
+        idle = len(origin.idle)
+        origin.close()
+        await server.stop()
+        return status, answer, idle
+
+    assert asyncio.run(run()) == (200, b"until close", 0)  # and the closed connection is not pooled
+
+
+def test_exchanges_at_once_per_origin_are_capped() -> None:
+    async def run() -> tuple[int, list[int]]:
+        server = RawServer(KEEP_ALIVE_OK, hold=0.2)
+        origin = Origin(await server.start(), max_connections=2)
+        answers = await asyncio.gather(*(origin.get("/", [], 5) for _ in range(5)))
+        origin.close()
+        await server.stop()
+        return server.most_open, [status for status, _ in answers]
+
+    most_open, statuses = asyncio.run(run())
+    assert statuses == [200] * 5  # the others waited for a connection, none failed
+    assert most_open == 2
+
+
+def test_backpressure_counts_bytes_not_chunks() -> None:
+    """Four 1 MiB chunks unread are 4 MiB held: the connection stops reading, though
+    it has buffered only four chunks."""
+    size = 1024 * 1024
+    chunk = f"{size:x}\r\n".encode() + b"x" * size + b"\r\n"
+
+    async def run() -> tuple[bool, int]:
+        server = RawServer(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + chunk * 4 + b"0\r\n\r\n")
+        origin = Origin(await server.start())
+        response = await origin.request("GET", "/", [], b"", 5, 5)
+        await asyncio.sleep(0.3)  # the server writes all it can; nothing is read meanwhile
+        paused = response._conn.paused
+        body = await response.aread()
+        await response.aclose()
+        origin.close()
+        await server.stop()
+        return paused, len(body)
+
+    paused, length = asyncio.run(run())
+    assert paused
+    assert length == 4 * size
+
+
+def test_a_failed_connect_frees_its_slot() -> None:
+    async def run() -> None:
+        origin = Origin("http://127.0.0.1:9", max_connections=1)  # nothing listens on the discard port
+        for _ in range(3):  # a slot kept by a failure would leave the third waiting for ever
+            with pytest.raises(UpstreamConnectError):
+                await origin.request("GET", "/", [], b"", 1, 1)
+
+    asyncio.run(asyncio.wait_for(run(), 10))

@@ -9,7 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from policy.vllm_fields import as_bool, as_float, as_int, prompts_of, streams, wants_usage
+from draftgate.policy.vllm_fields import (
+    as_bool,
+    as_float,
+    as_int,
+    prompts_of,
+    streams,
+    wants_usage,
+)
 
 
 class VllmShaped(BaseModel):

@@ -2,13 +2,19 @@
 reasoning (R) and free prose (F), estimated before it runs, measured after,
 and learned per request shape."""
 
-from policy.structure.estimates import ClassTokens, StructureEstimate
-from policy.structure.estimator import estimate
-from policy.structure.learner import StructureLearner, shape_key
-from policy.structure.measure import ObservedStructure, TextParts, TokenCounter, measure, measure_parts
-from policy.structure.priors import DEFAULT_PRIORS, StructurePriors
-from policy.structure.responses_api import chat_completion, chat_view
-from policy.structure.sampling import QWEN3_DEFAULTS, SamplingDefaults
+from draftgate.policy.structure.estimates import ClassTokens, StructureEstimate
+from draftgate.policy.structure.estimator import estimate
+from draftgate.policy.structure.learner import StructureLearner, shape_key
+from draftgate.policy.structure.measure import (
+    ObservedStructure,
+    TextParts,
+    TokenCounter,
+    measure,
+    measure_parts,
+)
+from draftgate.policy.structure.priors import DEFAULT_PRIORS, StructurePriors
+from draftgate.policy.structure.responses_api import chat_completion, chat_view
+from draftgate.policy.structure.sampling import QWEN3_DEFAULTS, SamplingDefaults
 
 __all__ = [
     "DEFAULT_PRIORS", "QWEN3_DEFAULTS", "ClassTokens", "ObservedStructure", "SamplingDefaults",

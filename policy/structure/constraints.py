@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from policy.vllm_fields import as_bool
+from draftgate.policy.vllm_fields import as_bool
 
 CONSTRAINT_KINDS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
 LEGACY_GUIDED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")

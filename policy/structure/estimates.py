@@ -3,17 +3,14 @@ the gate and the proxy read."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 _MAX_OUTPUTS = 4096  # counted per prompt: n comes from clients, and the arithmetic must stay finite
 
 
-# Named tuples, not frozen dataclasses: both are immutable, but a frozen
-# dataclass sets each field through object.__setattr__, and building the
-# estimate that way cost a quarter of parsing the request it describes.
-
-
-class ClassTokens(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class ClassTokens:
     s: float = 0.0
     r: float = 0.0
     f: float = 0.0
@@ -26,7 +23,8 @@ class ClassTokens(NamedTuple):
         return {"s": self.s, "r": self.r, "f": self.f}
 
 
-class StructureEstimate(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class StructureEstimate:
     """What the gate knows of a request's output before it runs."""
 
     w_s: float

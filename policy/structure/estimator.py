@@ -1,6 +1,6 @@
 """Estimate, before a request runs, how its output splits into S, R and F.
 
-Every signal the request carries is read (DESIGN section 2 lists them): tools
+Every signal the request carries is read (docs/model.md lists them): tools
 and tool_choice, response_format, vLLM's structured_outputs, the dead legacy
 guided_* fields, thinking switches, sampling settings, caps and the
 conversation so far. Anything a client can send yields an estimate: what
@@ -9,20 +9,34 @@ cannot be understood is ignored and named in the reasons, never raised.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Literal, NamedTuple
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from policy.structure.constraints import LEGACY_GUIDED, legacy_guided_fields, named_function, structured_constraint
-from policy.structure.estimates import ClassTokens, StructureEstimate, outputs_of
-from policy.structure.length import bounded
-from policy.structure.priors import DEFAULT_PRIORS, StructurePriors
-from policy.structure.relevance import question_unrelated
-from policy.structure.sampling import (
-    NO_DEFAULTS, SAMPLING_FIELDS, SamplingDefaults, effective, speculation_blockers,
+from draftgate.policy.structure.constraints import (
+    legacy_guided_fields,
+    named_function,
+    structured_constraint,
 )
-from policy.structure.schema_length import NO_PARAMETERS, SchemaWalk, expected_json_chars, sizer_for
-from policy.structure.speedups import native
-from policy.vllm_fields import as_bool, as_int, prompts_of
+from draftgate.policy.structure.estimates import (
+    ClassTokens,
+    StructureEstimate,
+    outputs_of,
+)
+from draftgate.policy.structure.length import bounded
+from draftgate.policy.structure.priors import DEFAULT_PRIORS, StructurePriors
+from draftgate.policy.structure.relevance import question_unrelated
+from draftgate.policy.structure.sampling import (
+    NO_DEFAULTS,
+    SamplingDefaults,
+    effective,
+    speculation_blockers,
+)
+from draftgate.policy.structure.schema_length import (
+    NO_PARAMETERS,
+    SchemaWalk,
+    expected_json_chars,
+)
+from draftgate.policy.vllm_fields import as_bool, as_int, prompts_of
 
 Endpoint = Literal["chat", "completions"]
 # a call's JSON beyond its name and arguments: as a model writes it unforced,
@@ -30,77 +44,39 @@ Endpoint = Literal["chat", "completions"]
 # {"name": "", "parameters": } and the comma after it
 _NATIVE_CALL_CHARS = 26.0
 _FORCED_CALL_CHARS = 30.0
-_THINKING_FIELDS = frozenset({"chat_template_kwargs", "reasoning_effort", "enable_thinking", "include_reasoning"})
-_FORMAT_FIELDS = frozenset({"structured_outputs", "response_format"})
-# the fields that turn one of those readers on, or the speculation blockers' reading
-_SWITCHES = _THINKING_FIELDS | _FORMAT_FIELDS | frozenset(LEGACY_GUIDED) | SAMPLING_FIELDS
+_THINKING_FIELDS = ("chat_template_kwargs", "reasoning_effort", "enable_thinking", "include_reasoning")
 _EFFORTS = {"low", "medium", "high"}
 _NO_THINKING_EFFORTS = {"none", "minimal"}
 
 
-class _Setting(NamedTuple):
-    """What an estimate would otherwise derive from its priors and the pool's defaults
-    on every request: the body is read each time, the configuration once."""
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """What the estimate asks of the messages, read in one pass."""
 
-    priors: StructurePriors
-    defaults: SamplingDefaults
-    temperature: float  # for a body that sets none
-    temperature_note: str
-    default_blockers: tuple[str, ...]  # what the defaults alone keep vLLM from speculating on
-    sizer: Any  # the C schema walk for these priors, or None
+    after_tool: bool = False  # the last message is a tool result
+    agent_called: bool = False  # an assistant turn among the last _RECENT_TURNS called tools
+    question: str | None = None  # the last user message's text
+    chars: int = 0  # the prompt's characters, as the template would lay them out
 
 
-# Keyed by identity, as schema_length's tables are: priors and defaults are frozen
-# and few (one pair per configuration), and hashing them field by field costs more
-# than the estimate. The last one used is checked first.
-_SETTINGS: dict[tuple[int, int], _Setting] = {}
-_last_setting: _Setting | None = None
-
-
-def _setting(priors: StructurePriors, defaults: SamplingDefaults | None) -> _Setting:
-    global _last_setting
-    defaults = defaults or NO_DEFAULTS
-    last = _last_setting
-    if last is not None and last.priors is priors and last.defaults is defaults:
-        return last
-    cached = _SETTINGS.get((id(priors), id(defaults)))
-    if cached is None or cached.priors is not priors or cached.defaults is not defaults:
-        temperature = float(defaults.temperature)
-        cached = _Setting(
-            priors, defaults, temperature, f"temperature omitted: pool default {temperature:g} applies",
-            tuple(speculation_blockers({}, defaults, "chat", priors.speculation_blocked_by)),
-            sizer_for(priors))
-        if len(_SETTINGS) >= 8:
-            _SETTINGS.clear()
-        _SETTINGS[(id(priors), id(defaults))] = cached
-    _last_setting = cached
-    return cached
-
-
-# What the messages say, read in one pass: (the last message is a tool result, an
-# assistant turn among the last _RECENT_TURNS called tools, the last user message's
-# text or None, the prompt's characters). A plain tuple: the C reader builds it.
-Conversation = tuple[bool, bool, str | None, int]
-_NO_CONVERSATION: Conversation = (False, False, None, 0)
 _RECENT_TURNS = 64
 _CALL_CHARS = 80  # a tool call in the history, in the prompt
 _MESSAGE_CHARS = 12  # a message's role and the template's tags around it
-_READER = None if native is None else native.ConversationReader(_RECENT_TURNS, _CALL_CHARS, _MESSAGE_CHARS)
 
 
+@dataclass(slots=True)
 class _Draft:
-    """Accumulates the estimate while the signals are read.
+    """Accumulates the estimate while the signals are read."""
 
-    What most requests leave as it is stays on the class: a draft starts with two
-    attributes set, not nine, and it is made for every request.
-    """
-
-    schema_tokens = prose_tokens = reasoning_tokens = p_call = 0.0
-    constrained = thinking = reasoning_hidden = False
-
-    def __init__(self, priors: StructurePriors) -> None:
-        self.priors = priors
-        self.reasons: list[str] = []
+    priors: StructurePriors
+    reasons: list[str] = field(default_factory=list)
+    schema_tokens: float = 0.0
+    prose_tokens: float = 0.0
+    reasoning_tokens: float = 0.0
+    p_call: float = 0.0
+    constrained: bool = False
+    thinking: bool = False
+    reasoning_hidden: bool = False
 
     def note(self, reason: str) -> None:
         if len(self.reasons) < 32:
@@ -120,44 +96,35 @@ def estimate(
     ``context_tokens``: the model's ``max_model_len`` when the pools have said it,
     which bounds the output as vLLM does when the request sets no lower cap.
     """
-    setting = _setting(priors, defaults)
-    defaults = setting.defaults
+    defaults = defaults or NO_DEFAULTS
     draft = _Draft(priors)
     if not isinstance(body, dict):
         body = {}
         draft.note("request body is not a JSON object: estimated as prose")
-    # Only the signals a body carries are read: most carry none of these, and each read costs.
-    present = _SWITCHES.intersection(body)
-    conversation = _read_conversation(body.get("messages")) if endpoint == "chat" else _NO_CONVERSATION
-    if priors.thinking_by_default or (present and not present.isdisjoint(_THINKING_FIELDS)):
+    conversation = _read_conversation(body.get("messages")) if endpoint == "chat" else Conversation()
+    if priors.thinking_by_default or any(name in body for name in _THINKING_FIELDS):
         _read_thinking(body, draft)
-    if not present or present.isdisjoint(_FORMAT_FIELDS) or not _read_output_format(body, draft):
+    if not _read_output_format(body, draft):
         if endpoint == "chat":
-            _read_tools(body, draft, conversation, setting.sizer)
+            _read_tools(body, draft, conversation)
         else:
             draft.prose_tokens = priors.prose_tokens
             draft.note("completions request: a raw prompt is answered in prose")
-    if present and not present.isdisjoint(LEGACY_GUIDED):
-        _read_legacy(body, draft)
+    _read_legacy(body, draft)
     given = body.get("temperature")
+    temperature, from_default = effective(body, "temperature", defaults)
     if given is None:
-        temperature, from_default = setting.temperature, True
-        draft.note(setting.temperature_note)
-    else:
-        temperature, from_default = effective(body, "temperature", defaults)
-        if from_default:
-            draft.note(f"temperature {str(given)[:24]!r} is not a finite number: pool default {temperature:g} assumed")
+        draft.note(f"temperature omitted: pool default {temperature:g} applies")
+    elif from_default:
+        draft.note(f"temperature {str(given)[:24]!r} is not a finite number: pool default {temperature:g} assumed")
     n = body.get("n")
     n = 1 if n is None else max(as_int(n) or 1, 1)
     if n > 1:
         draft.note(f"n={n}: per-request speculation metrics are unavailable; plain pool preferred")
-    if not present or present.isdisjoint(SAMPLING_FIELDS):
-        blockers: Sequence[str] = setting.default_blockers
-    else:
-        blockers = speculation_blockers(body, defaults, endpoint, priors.speculation_blocked_by)
+    blockers = speculation_blockers(body, defaults, endpoint, priors.speculation_blocked_by)
     for blocker in blockers:
         draft.note(f"{blocker}: vLLM will not speculate on this request")
-    prompt_tokens = _prompt_tokens(body, endpoint, priors, conversation[3])
+    prompt_tokens = _prompt_tokens(body, endpoint, priors, conversation.chars)
     prompts = len(prompts_of(body)) if endpoint == "completions" else 1
     sequences = outputs_of(n, prompts)
     if prompts > 1:
@@ -173,14 +140,14 @@ def estimate(
         w_s, w_r, w_f = 0.0, 0.0, 1.0
     else:
         w_s, w_r = s_tokens / total, r_tokens / total
-        w_f = 1.0 - w_s - w_r
-        w_f = w_f if w_f > 0.0 else 0.0  # max(0.0, w_f), without the call
-    # fields in order, from a tuple: binding fifteen arguments costs a tenth of parsing the body
-    return StructureEstimate._make((
-        w_s, w_r, w_f, ClassTokens(s_tokens, r_tokens, f_tokens), tuple(draft.reasons), temperature, from_default,
-        n, tuple(blockers), draft.p_call, prompt_tokens, draft.constrained, draft.thinking, prompts,
-        draft.reasoning_hidden,
-    ))
+        w_f = max(0.0, 1.0 - w_s - w_r)
+    return StructureEstimate(
+        w_s=w_s, w_r=w_r, w_f=w_f, expected_tokens=ClassTokens(s_tokens, r_tokens, f_tokens),
+        reasons=tuple(draft.reasons), temperature=temperature, temperature_from_default=from_default, n=n,
+        speculation_blockers=tuple(blockers), p_tool_call=draft.p_call, prompt_tokens=prompt_tokens,
+        constrained=draft.constrained, thinking=draft.thinking, prompts=prompts,
+        reasoning_hidden=draft.reasoning_hidden,
+    )
 
 
 # ------------------------------------------------------------------ signals
@@ -284,10 +251,10 @@ def _read_output_format(body: dict[str, Any], draft: _Draft) -> bool:
     return False
 
 
-def _read_tools(body: dict[str, Any], draft: _Draft, conversation: Conversation, sizer: Any) -> None:
+def _read_tools(body: dict[str, Any], draft: _Draft, conversation: Conversation) -> None:
     p = draft.priors
     tools = body.get("tools")
-    after_tool, agent_called, question, _ = conversation
+    after_tool, agent_called, question = conversation.after_tool, conversation.agent_called, conversation.question
     prose = p.prose_after_tool_tokens if after_tool else p.prose_tokens
     if tools is None or tools == []:
         draft.prose_tokens = prose
@@ -297,14 +264,8 @@ def _read_tools(body: dict[str, Any], draft: _Draft, conversation: Conversation,
         draft.prose_tokens = prose
         draft.note("tools is not a list: ignored, estimated as prose")
         return
-    sized = None if sizer is None else sizer.by_name(tools)
-    if sized is not None:
-        arguments, call_chars = sized  # the C sized every tool: nothing to note
-    else:
-        arguments = _argument_chars(tools, draft, None if sizer is None else sizer.size(tools))
-        call_chars = 0.0
-        for tool_name, chars in arguments.items():
-            call_chars += len(tool_name) + chars
+    arguments = _argument_chars(tools, draft)
+    call_chars = sum(len(tool_name) + chars for tool_name, chars in arguments.items())
     if not arguments:
         draft.prose_tokens = prose
         draft.note("no usable tool definitions (each needs function.name): estimated as prose")
@@ -388,17 +349,13 @@ def _read_legacy(body: dict[str, Any], draft: _Draft) -> None:
 # ------------------------------------------------------------------ helpers
 
 
-def _argument_chars(tools: list[Any], draft: _Draft, presized: list[Any] | None) -> dict[str, float]:
-    """Each usable tool's expected arguments, in characters of JSON, by name;
-    ``presized``: what the C walk sized (``schema_length.presized_tools``), or None."""
+def _argument_chars(tools: list[Any], draft: _Draft) -> dict[str, float]:
+    """Each usable tool's expected arguments, in characters of JSON, by name."""
     p = draft.priors
     chars: dict[str, float] = {}
     skipped = 0
     walk: SchemaWalk | None = None
-    for i, tool in enumerate(tools[: p.max_tools]):
-        if presized is not None and (sized := presized[i]) is not None:
-            chars[sized[0]] = sized[1]
-            continue
+    for tool in tools[: p.max_tools]:
         fn = tool.get("function") if isinstance(tool, dict) else None
         name = fn.get("name") if isinstance(fn, dict) else None
         if not isinstance(name, str) or not name:
@@ -430,12 +387,9 @@ def _schema_tokens(schema: dict[str, Any], draft: _Draft) -> float:
 
 
 def _read_conversation(messages: Any) -> Conversation:
-    """The messages read once, for everything the estimate asks of them (by the C
-    reader where it is built: agents resend long histories, and this runs on each)."""
-    if _READER is not None and (read := _READER.read(messages)) is not None:
-        return read
+    """The messages read once, for everything the estimate asks of them."""
     if not isinstance(messages, list) or not messages:
-        return _NO_CONVERSATION
+        return Conversation()
     chars = 0
     agent_called = False
     question = None
@@ -459,7 +413,7 @@ def _read_conversation(messages: Any) -> Conversation:
             agent_called = True
     last = messages[-1]
     after_tool = isinstance(last, dict) and last.get("role") in ("tool", "function")
-    return after_tool, agent_called, question if isinstance(question, str) and question else None, chars
+    return Conversation(after_tool, agent_called, question if isinstance(question, str) and question else None, chars)
 
 
 def _prompt_tokens(body: dict[str, Any], endpoint: Endpoint, priors: StructurePriors, message_chars: int) -> float:

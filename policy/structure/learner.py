@@ -21,15 +21,13 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from policy.structure.constraints import LEGACY_GUIDED, legacy_guided_fields
-from policy.structure.estimates import ClassTokens, StructureEstimate
-from policy.structure.length import bounded
-from policy.structure.measure import ObservedStructure
-from policy.structure.speedups import native
+from draftgate.policy.structure.constraints import LEGACY_GUIDED, legacy_guided_fields
+from draftgate.policy.structure.estimates import ClassTokens, StructureEstimate
+from draftgate.policy.structure.length import bounded
+from draftgate.policy.structure.measure import ObservedStructure
 
 _MAX_SIGNED_TOOLS = 512
 _SIXTY_FOUR_BITS = (1 << 64) - 1
-_SHAPE_TEXT = None if native is None else native.ShapeText(_MAX_SIGNED_TOOLS, LEGACY_GUIDED)
 
 
 def shape_key(body: Any, model: str | None = None, temperature: float | None = None) -> str:
@@ -41,15 +39,11 @@ def shape_key(body: Any, model: str | None = None, temperature: float | None = N
     """
     if not isinstance(body, dict):
         return "invalid"
-    text = None if _SHAPE_TEXT is None else _SHAPE_TEXT.text(body, model, temperature)
-    if text is None:
-        text = shape_text(body, model, temperature)
-    return f"{hash(text) & _SIXTY_FOUR_BITS:016x}"
+    return f"{hash(shape_text(body, model, temperature)) & _SIXTY_FOUR_BITS:016x}"
 
 
 def shape_text(body: dict[str, Any], model: str | None = None, temperature: float | None = None) -> str:
-    """What ``shape_key`` hashes: the fields that tell one agent step from another.
-    The C speedups write the same text where they are built (``ShapeText``)."""
+    """What ``shape_key`` hashes: the fields that tell one agent step from another."""
     tools = body.get("tools")
     tool_digest = _tools_signature(tools) if tools else "-"
     choice = body.get("tool_choice")
@@ -72,7 +66,6 @@ def shape_text(body: dict[str, Any], model: str | None = None, temperature: floa
     band = "default" if not isinstance(t, (int, float)) else ("greedy" if t <= 0.05 else ("low" if t <= 0.7 else "high"))
     messages = body.get("messages")
     last_role = messages[-1].get("role") if isinstance(messages, list) and messages and isinstance(messages[-1], dict) else "-"
-    # one f-string: joining a generator of str() calls costs a third of the digest
     return f"{model or body.get('model')}|{tool_digest}|{choice_key}|{fmt_key}|{thinking}|{effort}|{band}|{last_role}"
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from policy.vllm_fields import as_bool, as_int, is_thinking_budget
+from draftgate.policy.vllm_fields import as_bool, as_int, is_thinking_budget
 
 Split = tuple[float, float, float]  # expected tokens: schema-bound, reasoning, prose
 _BOUNDS = frozenset({"thinking_token_budget", "max_completion_tokens", "max_tokens", "min_tokens", "ignore_eos"})

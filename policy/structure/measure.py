@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from policy.structure.constraints import named_function, output_is_structured
-from policy.structure.estimates import ClassTokens
-from policy.structure.priors import DEFAULT_PRIORS
+from draftgate.policy.structure.constraints import named_function, output_is_structured
+from draftgate.policy.structure.estimates import ClassTokens
+from draftgate.policy.structure.priors import DEFAULT_PRIORS
 
 
 class TokenCounter(Protocol):

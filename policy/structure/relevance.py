@@ -6,19 +6,15 @@ tools' names and descriptions makes a call unlikely.
 
 A word is a run of four or more ASCII letters, case folded, compared on its
 first five letters (a crude stem: "discovered" meets "discoverer"). The test
-runs on every request with tools, beside parsing the body, so the C speedups
-(``speedups.py``) answer it when they are built. This Python is the definition
-they follow, and leans on C where it can: ``bytes.translate`` folds case and
-turns every other byte into a space, and each stem is then a substring search
-for ``" stem"`` (a five-letter stem starts a word) or ``" stem "`` (a
-four-letter word is itself).
+runs on every request with tools, so it leans on the bytes methods:
+``bytes.translate`` folds case and turns every other byte into a space, and
+each stem is then a substring search for ``" stem"`` (a five-letter stem starts
+a word) or ``" stem "`` (a four-letter word is itself).
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-from policy.structure.speedups import native
 
 # A-Z folded to a-z, a-z kept, every other byte (digits, punctuation, "_", UTF-8) a space.
 _FOLD = bytes(c + 32 if 65 <= c <= 90 else c if 97 <= c <= 122 else 32 for c in range(256))
@@ -34,7 +30,6 @@ _MAX_TOOLS = 512
 # Tools are searched a batch at a time: a relevant question usually shares a
 # word with one of the first few, and one search over a batch costs less than one per tool.
 _BATCH = 16
-_WORD_TEST = None if native is None else native.WordTest(_QUESTION_CHARS, _DESCRIPTION_CHARS, _MAX_TOOLS, _STOP_STEMS)
 
 
 def _folded(text: str) -> bytes:
@@ -65,10 +60,6 @@ def question_unrelated(text: str | None, tools: list[Any]) -> bool:
     """True when ``text`` (the last user message's, None for none) shares no content word with any tool."""
     if text is None:
         return False
-    if _WORD_TEST is not None and type(tools) is list:
-        answer = _WORD_TEST.shares_no_word(text, tools)
-        if answer is not None:
-            return answer
     stems = question_stems(text)
     if not stems:
         return False

@@ -15,13 +15,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from policy.vllm_fields import as_bool, as_float, as_int
+from draftgate.policy.vllm_fields import as_bool, as_float, as_int
 
 _EPS = 1e-5
 LEGACY_BLOCKERS = ("penalties", "min_p", "logprobs")
 _PENALTIES = (("frequency_penalty", 0.0), ("presence_penalty", 0.0), ("repetition_penalty", 1.0))
 # what speculation_blockers reads of a body: one that sets none of them is blocked by the defaults alone
-SAMPLING_FIELDS = frozenset({name for name, _ in _PENALTIES} | {"min_p", "logprobs", "top_logprobs"})
 
 
 class SamplingDefaults(BaseModel):

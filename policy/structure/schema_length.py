@@ -9,17 +9,16 @@ guard on ``$ref``) because the schema comes from the client.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
-from policy.structure.priors import StructurePriors
-from policy.structure.speedups import native
+from draftgate.policy.structure.priors import StructurePriors
 
 _FORMAT_CHARS = {
     "date": 10, "date-time": 25, "time": 8, "email": 20, "uri": 35, "url": 35,
     "uuid": 36, "ipv4": 13, "ipv6": 25, "hostname": 16,
 }
 # A leaf whose keys are all among these is sized by its type alone: the common
-# case in tool schemas, and the fast path that keeps estimation cheaper than parsing.
+# case in tool schemas, and a walk that needs to look no further.
 _PLAIN_KEYS = frozenset({"type", "description", "title", "default", "examples", "example"})
 # Keys that decide a node's size before its "type" does.
 _SHAPING_KEYS = frozenset({"$ref", "const", "enum", "anyOf", "oneOf", "allOf"})
@@ -43,7 +42,7 @@ class SchemaWalk:
     optional_share: float = field(init=False, default=0.0)
 
     def __post_init__(self) -> None:
-        self.leaf = _tables(self.priors).leaf_sizes
+        self.leaf = _leaf_sizes(self.priors)
         # read once per walk, not once per property
         self.max_nodes = self.priors.max_schema_nodes
         self.optional_share = self.priors.optional_property_share
@@ -197,48 +196,12 @@ class SchemaWalk:
             self.resolving.discard(ref)
 
 
-def presized_tools(tools: list[Any], priors: StructurePriors) -> list[Any] | None:
-    """For each of the first ``max_tools`` tools, ``(name, expected argument characters)``
-    as ``SchemaWalk`` would give them, or None where it must walk that tool itself
-    (there is something to note); None when the C speedups are not built."""
-    sizer = _tables(priors).sizer
-    return None if sizer is None else sizer.size(tools)
-
-
-def sizer_for(priors: StructurePriors) -> Any:
-    """The C walk for ``priors`` (its ``size(tools)`` is ``presized_tools``), or None
-    without the speedups: for a caller that sizes often and keeps it."""
-    return _tables(priors).sizer
-
-
-class _PriorTables(NamedTuple):
-    priors: StructurePriors
-    leaf_sizes: dict[Any, float]
-    sizer: Any  # the C walk, built with these tables; None without the speedups
-
-
-# Keyed by identity: hashing a pydantic model field by field costs more than a
-# whole walk of a small tool schema. Priors are frozen and few (one per config).
-_TABLES: dict[int, _PriorTables] = {}
-
-
-def _tables(priors: StructurePriors) -> _PriorTables:
-    cached = _TABLES.get(id(priors))
-    if cached is not None and cached.priors is priors:
-        return cached
+def _leaf_sizes(priors: StructurePriors) -> dict[Any, float]:
+    """Characters of a value of each scalar type (a string with its quotes), by type name and alias."""
     string = priors.string_value_chars + 2.0
     number = priors.number_value_chars
-    sizes = {"string": string, "str": string, "integer": number, "int": number, "number": number,
-             "float": number, "boolean": 4.5, "bool": 4.5, "null": 4.0}
-    sizer = None if native is None else native.ToolSizer(
-        sizes, _PLAIN_KEYS, _SHAPING_KEYS, _TYPE_ALIASES, _FORMAT_CHARS, NO_PARAMETERS,
-        (priors.string_value_chars, priors.number_value_chars, priors.optional_property_share,
-         priors.open_object_keys, priors.array_items, priors.max_schema_nodes, priors.max_schema_depth,
-         priors.max_tools))
-    if len(_TABLES) >= 8:
-        _TABLES.clear()
-    _TABLES[id(priors)] = cached = _PriorTables(priors, sizes, sizer)
-    return cached
+    return {"string": string, "str": string, "integer": number, "int": number, "number": number,
+            "float": number, "boolean": 4.5, "bool": 4.5, "null": 4.0}
 
 
 def expected_json_chars(schema: Any, priors: StructurePriors) -> tuple[float, set[str]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from proxy.cli.errors import CliError
+from draftgate.proxy.cli.errors import CliError
 
 
 def _ints(text: str) -> list[int]:
@@ -44,9 +44,9 @@ def run(args: argparse.Namespace) -> int:
 
     import httpx
 
-    from lab.calibrate import protocol
-    from lab.calibrate.runner import BackendError, check_backend
-    from proxy.calibration_file import save_calibration
+    from draftgate.calibrate import protocol
+    from draftgate.calibrate.runner import BackendError, check_backend
+    from draftgate.proxy.calibration_file import save_calibration
 
     if len(args.gammas) != len(args.spec_on):
         raise CliError(f"{len(args.spec_on)} --spec-on pool(s) but {len(args.gammas)} depth(s) in --gammas")
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"calibration written to {args.out} (kappa {fitted.calibration.kappa:.3f}; "
           + ", ".join(f"c_T({b})={v * 1000:.2f} ms" for b, v in sorted(fitted.c_t.items())) + ")")
     if args.report:
-        from lab.calibrate.report import write_report
+        from draftgate.calibrate.report import write_report
 
         write_report(Path(args.report), plan, state, fitted)
         print(f"report written to {args.report}")

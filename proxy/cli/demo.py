@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from proxy.cli.errors import CliError
+from draftgate.proxy.cli.errors import CliError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,8 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lab.demo.run import run_demo
-    from lab.servers import ServerStartError
+    from draftgate.demo.run import run_demo
+    from draftgate.servers import ServerStartError
 
     if bool(args.spec_on) != bool(args.spec_off):
         raise CliError("give both --spec-on and --spec-off, or neither (emulated pools)")

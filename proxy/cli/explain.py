@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from proxy.cli.errors import CliError
+from draftgate.proxy.cli.errors import CliError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,8 +73,11 @@ _QUICK_START = (["http://spec-on:8000"], ["http://spec-off:8000"])
 
 
 def run(args: argparse.Namespace) -> int:
-    from proxy.config import ConfigError, load_settings, quick_start_pools
-    from proxy.gatekeeper import Gatekeeper, explained_as
+    from draftgate.proxy.config import ConfigError, load_settings, quick_start_pools
+    from draftgate.proxy.endpoints import endpoint_of_body
+    from draftgate.proxy.metrics import ProxyMetrics
+    from draftgate.proxy.planner import Planner
+    from draftgate.proxy.pools import PoolSet
 
     if args.max_model_len is not None and args.max_model_len < 1:
         raise CliError("--max-model-len must be a positive number of tokens")
@@ -87,10 +90,13 @@ def run(args: argparse.Namespace) -> int:
     if args.calibration:
         overrides["calibration_file"] = args.calibration
     try:
-        gate = Gatekeeper(load_settings(args.config, **overrides))
+        settings = load_settings(args.config, **overrides)
+        planner = Planner(settings, PoolSet(settings.pools, settings.queue_depth_per_replica), ProxyMetrics())
     except ConfigError as exc:
         raise CliError(str(exc)) from None
-    result = gate.explanation(gate.plan(*explained_as(body, args.completions), context=args.max_model_len))
+    endpoint = endpoint_of_body(body, args.completions)
+    plan = planner.plan(endpoint.gate_view(body), endpoint.name, context=args.max_model_len)
+    result = planner.explanation(plan, gated=endpoint.gated_by(settings))
     if args.json:
         json.dump(result, sys.stdout)
         sys.stdout.write("\n")

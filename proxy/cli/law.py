@@ -30,7 +30,7 @@ def evaluate(
     gamma: int, kappa: float, delta: float, d: float, rho: list[float], mix: list[float]
 ) -> dict[str, Any]:
     """The whole law at one point, as the JSON ``draftgate law --json`` prints."""
-    from policy import law
+    from draftgate.policy import law
 
     drafter = law.Drafter(gamma, delta, d)
     classes = law.ClassMix.from_sequence(mix)
@@ -126,14 +126,14 @@ def render_table(result: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from proxy.cli.errors import CliError
+    from draftgate.proxy.cli.errors import CliError
 
     try:
         result = evaluate(args.gamma, args.kappa, args.delta, args.draft_cost, args.rho, args.mix)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     if args.plot:
-        from lab.plots import plot_law
+        from draftgate.plots import plot_law
 
         try:
             plot_law(args.plot, args.kappa, args.delta, args.draft_cost, args.rho, args.mix)

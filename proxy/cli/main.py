@@ -11,18 +11,18 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from proxy import __version__
-from proxy.cli.errors import CliError
+from draftgate.proxy import __version__
+from draftgate.proxy.cli.errors import CliError
 
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "law": ("proxy.cli.law", "evaluate the Draft Law for one set of parameters"),
-    "explain": ("proxy.cli.explain", "a request's estimated output structure (S/R/F) and the gate's route for it"),
-    "emulate": ("lab.emulator.cli", "run an emulated vLLM OpenAI server (no GPU needed)"),
-    "serve": ("proxy.cli.serve", "run the draftgate proxy in front of vLLM pools"),
-    "calibrate": ("proxy.cli.calibrate", "run the four-arm protocol and write a calibration file"),
-    "pools": ("proxy.cli.pools", "print (or --run) the two vllm serve command lines"),
-    "demo": ("proxy.cli.demo", "emulated pools, calibration, a replay: what draftgate is worth"),
+    "law": ("draftgate.proxy.cli.law", "evaluate the Draft Law for one set of parameters"),
+    "explain": ("draftgate.proxy.cli.explain", "a request's estimated output structure (S/R/F) and the gate's route for it"),
+    "emulate": ("draftgate.emulator.cli", "run an emulated vLLM OpenAI server (no GPU needed)"),
+    "serve": ("draftgate.proxy.cli.serve", "run the draftgate proxy in front of vLLM pools"),
+    "calibrate": ("draftgate.proxy.cli.calibrate", "run the four-arm protocol and write a calibration file"),
+    "pools": ("draftgate.proxy.cli.pools", "print (or --run) the two vllm serve command lines"),
+    "demo": ("draftgate.proxy.cli.demo", "emulated pools, calibration, a replay: what draftgate is worth"),
 }
 
 

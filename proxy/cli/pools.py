@@ -7,7 +7,7 @@ import shlex
 import shutil
 import subprocess
 
-from proxy.cli.errors import CliError
+from draftgate.proxy.cli.errors import CliError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from proxy.launch import LaunchSettings, commands, gpu_env
+    from draftgate.proxy.launch import LaunchSettings, commands, gpu_env
 
     try:
         settings = LaunchSettings(target=args.target, draft=args.draft, depth=args.depth, spec_gpus=args.spec_gpus,
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("vllm is not installed here: pip install 'draftgate[vllm]' (on a GPU host)")
     import os
 
-    from lab.servers import ServerStartError, wait_healthy
+    from draftgate.servers import ServerStartError, wait_healthy
 
     processes = []
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from proxy.cli.errors import CliError
+from draftgate.proxy.cli.errors import CliError
 
 
 def _urls(text: str) -> list[str]:
@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
-    from proxy.config import quick_start_pools
+    from draftgate.proxy.config import quick_start_pools
 
     out: dict[str, Any] = {}
     if args.spec_on or args.spec_off:
@@ -44,11 +44,15 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from proxy import logs
-    from proxy.app import create_app
-    from proxy.config import ConfigError, load_settings
-    from proxy.open_files import raise_open_files_limit
-    from proxy.serving import SignalAwareServer, settle_startup_heap, uvicorn_options
+    from draftgate.proxy import logs
+    from draftgate.proxy.app import create_app
+    from draftgate.proxy.config import ConfigError, load_settings
+    from draftgate.proxy.open_files import raise_open_files_limit
+    from draftgate.proxy.serving import (
+        SignalAwareServer,
+        settle_startup_heap,
+        uvicorn_options,
+    )
 
     if not args.config and not (args.spec_on or args.spec_off):
         raise CliError("give --config FILE, or --spec-on URL and --spec-off URL")

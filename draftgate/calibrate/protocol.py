@@ -1,0 +1,287 @@
+"""The four-arm protocol: plan the runs, execute them resumably, fit the calibration.
+
+Runs are keyed (kind, arm, pool, concurrency, regime) and appended to a state
+file as they finish, so an interrupted calibration resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import statistics
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from draftgate.calibrate.runner import Record, run_batch
+from draftgate.policy import fitting, law
+from draftgate.policy.calibration import (
+    Calibration,
+    ClassValues,
+    Curve,
+    PoolCalibration,
+    RhoTable,
+)
+from draftgate.progress import draw
+from draftgate.workloads import ARMS
+
+ARMS_DIR = ARMS
+ARM_NAMES = {"A": "free prose", "B": "schema-bound tool calls (temperature 0)", "C": "long reasoning",
+             "D": "agent loop replay"}
+DELTA_AT_ONE = 0.01  # the d / delta split is a convention: delta(1) is taken as this prior
+
+
+@dataclass(frozen=True)
+class Pool:
+    name: str
+    url: str
+    gamma: int  # 0: speculation off
+
+
+@dataclass
+class Plan:
+    model: str
+    spec: list[Pool]
+    off: Pool
+    arms: list[str]
+    concurrency: list[int]
+    regimes: list[str]
+    requests: int
+    dynamic_k: Pool | None = None
+    workloads: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def runs(self) -> list[tuple[str, str, Pool, int, str]]:
+        """(kind, arm, pool, concurrency, regime), timing runs first."""
+        out = []
+        for arm in self.arms:
+            for c in self.concurrency:
+                for regime in self.regimes:
+                    for pool in [self.off, *self.spec]:
+                        out.append(("timing", arm, pool, c, regime))
+            out.append(("entropy", arm, self.off, max(self.concurrency), "greedy"))
+        if "B" in self.arms:
+            out.append(("repeat", "B", self.off, self.concurrency[0], "greedy"))
+        out.append(("prefill", "P", self.off, 1, "greedy"))
+        if self.dynamic_k is not None and "D" in self.arms:
+            out += [("timing", "D", self.dynamic_k, c, "greedy") for c in self.concurrency]
+        return out
+
+
+def load_arm(name: str, source: Path | None = None) -> list[dict[str, Any]]:
+    path = source or ARMS_DIR / f"arm_{name}.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if not rows or not all(isinstance(r, dict) and isinstance(r.get("messages"), list) for r in rows):
+        raise ValueError(f"{path}: every line must be a chat request with messages")
+    return rows
+
+
+def prefill_bodies(model: str, n: int) -> list[dict[str, Any]]:
+    """Prompts of spread lengths that no cache can hold (each starts with a fresh nonce)."""
+    bodies = []
+    for i in range(max(n, 4)):
+        words = 150 + (i * 1850) // max(1, max(n, 4) - 1)
+        text = f"{uuid.uuid4().hex} " + " ".join(f"w{j % 97}" for j in range(words))
+        bodies.append({"model": model, "messages": [{"role": "user", "content": text}], "max_tokens": 1})
+    return bodies
+
+
+def key(kind: str, arm: str, pool: Pool, concurrency: int, regime: str) -> str:
+    return f"{kind}|{arm}|{pool.name}|{concurrency}|{regime}"
+
+
+def load_state(path: Path) -> dict[str, dict[str, Any]]:
+    if not path.exists():
+        return {}
+    state = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            entry = json.loads(line)
+            state[entry["key"]] = entry
+    return state
+
+
+def execute(plan: Plan, state_path: Path, progress: Callable[[int, int, str], None] | None = None
+            ) -> dict[str, dict[str, Any]]:
+    """Run every planned batch not already in the state file."""
+    state = load_state(state_path)
+    runs = plan.runs()
+    for i, (kind, arm, pool, c, regime) in enumerate(runs):
+        k = key(kind, arm, pool, c, regime)
+        if progress:
+            progress(i, len(runs), k)
+        if k in state:
+            continue
+        bodies = prefill_bodies(plan.model, plan.requests) if kind == "prefill" else plan.workloads[arm][: plan.requests]
+        template = Record(arm=arm, pool=pool.name, gamma=pool.gamma, concurrency=c, regime=regime,
+                          kind="entropy" if kind == "entropy" else "timing", index=0)
+        records, deltas = asyncio.run(run_batch(pool.url, bodies, template, plan.model))
+        entry = {"key": k, "records": [r.as_json() for r in records], "counters": deltas}
+        with state_path.open("a") as f:
+            f.write(json.dumps(entry) + "\n")
+        state[k] = entry
+    if progress:
+        progress(len(runs), len(runs), "done")
+    return state
+
+
+def records_of(state: dict[str, dict[str, Any]], kind: str | None = None, pool: str | None = None,
+               arm: str | None = None, regime: str | None = None, concurrency: int | None = None) -> list[Record]:
+    out = []
+    for k, entry in state.items():
+        k_kind, k_arm, k_pool, k_c, k_regime = k.split("|")
+        if ((kind and k_kind != kind) or (pool and k_pool != pool) or (arm and k_arm != arm)
+                or (regime and k_regime != regime) or (concurrency and int(k_c) != concurrency)):
+            continue
+        out += [Record(**r) for r in entry["records"]]
+    return out
+
+
+@dataclass
+class Fit:
+    calibration: Calibration
+    c_t: dict[int, float]
+    overhead: dict[int, float]
+    round_time: dict[tuple[str, int], float]
+    tau: dict[str, dict[str, float | None]]  # pool -> class -> tau (greedy)
+    tau_sampled: dict[str, dict[str, float | None]]
+    entropy: dict[str, float | None]
+    missing_mass: float | None
+    kappa_pairs: list[tuple[float, float]]
+    uncertainty: dict[str, float | None]
+    residuals: dict[str, float]
+
+
+def fit(plan: Plan, state: dict[str, dict[str, Any]], default_temperature: float) -> Fit:
+    c_t: dict[int, float] = {}
+    for c in plan.concurrency:
+        tpots = [r.tpot for r in records_of(state, "timing", plan.off.name, regime="greedy", concurrency=c)
+                 if r.tpot is not None]
+        if tpots:
+            c_t[c] = statistics.median(tpots)
+    round_time: dict[tuple[str, int], float] = {}
+    overheads: dict[int, float] = {}
+    for c in plan.concurrency:
+        rounds = []
+        for pool in plan.spec:
+            values = [r.tpot * (r.tau + 1.0) for r in records_of(state, "timing", pool.name, regime="greedy",
+                                                                  concurrency=c) if r.tpot is not None and r.tau is not None]
+            if values:
+                round_time[(pool.name, c)] = statistics.median(values)
+                rounds.append((pool.gamma, round_time[(pool.name, c)]))
+        ov = fitting.overhead(c_t.get(c, 0.0), rounds)
+        if ov is not None:
+            overheads[c] = ov
+    tau: dict[str, dict[str, float | None]] = {}
+    tau_sampled: dict[str, dict[str, float | None]] = {}
+    for pool in plan.spec:
+        greedy = [(r.w, r.tau) for r in records_of(state, "timing", pool.name, regime="greedy") if r.tau is not None]
+        sampled = [(r.w, r.tau) for r in records_of(state, "timing", pool.name, regime="default") if r.tau is not None]
+        tau[pool.name] = fitting.class_tau(greedy)
+        tau_sampled[pool.name] = fitting.class_tau(sampled)
+    entropy_records = [r for r in records_of(state, "entropy") if r.entropy is not None]
+    entropy = fitting.class_entropy([(r.w, r.entropy) for r in entropy_records])
+    missing = statistics.mean(r.missing_mass for r in entropy_records) if entropy_records else None
+    rho = {c: (math.exp(-h) if h is not None else None) for c, h in entropy.items()}
+    pairs = [(1.0 - rho[c], 1.0 - fitting.invert_tau(tau[p.name][c], p.gamma))
+             for p in plan.spec for c in "srf" if rho[c] is not None and tau[p.name][c] is not None]
+    kappa = fitting.kappa_through_origin(pairs) or 0.9
+    prefill = _prefill(plan, state)
+    calibration = _calibration(plan, state, c_t, overheads, tau, tau_sampled, rho, kappa, prefill,
+                               default_temperature)
+    uncertainty = _uncertainty(plan, state, entropy_records, c_t, overheads)
+    residuals = {f"kappa fit, {p:.2f}": round(e - kappa * p, 4) for p, e in pairs}
+    return Fit(calibration, c_t, overheads, round_time, tau, tau_sampled, entropy, missing, pairs,
+               uncertainty, residuals)
+
+
+def _prefill(plan: Plan, state: dict[str, dict[str, Any]]) -> float | None:
+    """Seconds per uncached prompt token: TTFT against prompt length on fresh prompts.
+
+    The prefill pass itself yields the first token; the intercept absorbs scheduling
+    and network time.
+    """
+    records = [r for r in records_of(state, "prefill") if r.prompt_tokens > 0]
+    return fitting.slope([r.prompt_tokens for r in records], [r.ttft for r in records])
+
+
+def _calibration(plan: Plan, state: dict[str, dict[str, Any]], c_t: dict[int, float], overheads: dict[int, float],
+                 tau: dict[str, dict[str, float | None]], tau_sampled: dict[str, dict[str, float | None]],
+                 rho: dict[str, float | None], kappa: float, prefill: float | None,
+                 default_temperature: float) -> Calibration:
+    defaults = Calibration()
+    rho_greedy = RhoTable(**{c: min(1.0, max(1e-3, rho[c] if rho[c] is not None else defaults.rho_greedy.of(c)))
+                             for c in "srf"})
+    sampled: dict[str, float] = {}
+    for c in "srf":
+        values = [fitting.invert_tau(t[c], p.gamma) for p in plan.spec if (t := tau_sampled[p.name])[c] is not None]
+        if values:
+            eps = 1.0 - statistics.mean(values)
+            sampled[c] = min(rho_greedy.of(c), max(1e-3, 1.0 - eps / kappa))
+        else:
+            sampled[c] = defaults.rho_sampled.of(c) * rho_greedy.of(c) / defaults.rho_greedy.of(c)
+    loads = sorted(overheads)
+    d_value = max(0.0, overheads[loads[0]] - DELTA_AT_ONE) if loads else defaults.pool("x").draft_cost
+    delta_points = [(float(b), max(0.0, overheads[b] - d_value)) for b in loads] or list(
+        defaults.pool("x").delta.points)
+    pools = {}
+    for p in plan.spec:
+        measured = tau[p.name]
+        tau_values = (ClassValues(**{c: float(measured[c]) for c in "srf"})
+                      if all(measured[c] is not None for c in "srf") else None)
+        pools[p.name] = PoolCalibration(method="draft_model", gamma=p.gamma, draft_cost=d_value,
+                                        delta=Curve(points=delta_points), tau_greedy=tau_values)
+    passes = [(float(b), v) for b, v in sorted(c_t.items())] or list(defaults.target_pass_seconds.points)
+    return Calibration(
+        source="measured", model=plan.model, created=datetime.now(timezone.utc), kappa=max(1e-3, min(5.0, kappa)),
+        rho_greedy=rho_greedy, rho_sampled=RhoTable(**sampled), sampled_temperature=default_temperature,
+        target_pass_seconds=Curve(points=passes),
+        prefill_seconds_per_token=prefill if prefill is not None else defaults.prefill_seconds_per_token,
+        pools=pools, sample_sizes={k.split("|")[0] + ":" + k.split("|")[1]: len(v["records"]) for k, v in state.items()},
+    )
+
+
+def _uncertainty(plan: Plan, state: dict[str, dict[str, Any]], entropy_records: list[Record],
+                 c_t: dict[int, float], overheads: dict[int, float]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    first = min(plan.concurrency)
+    for c in plan.concurrency:
+        off = [r for r in records_of(state, "timing", plan.off.name, regime="greedy", concurrency=c) if r.tpot]
+        out[f"c_T({c})"] = fitting.bootstrap(off, lambda rs: statistics.median(r.tpot for r in rs))
+    for pool in plan.spec:
+        recs = [r for r in records_of(state, "timing", pool.name, regime="greedy", concurrency=first)
+                if r.tpot and r.tau is not None]
+        if first in c_t:
+            out[f"delta+d({first}) from {pool.name}"] = fitting.bootstrap(
+                recs, lambda rs, g=pool.gamma: fitting.overhead(
+                    c_t[first], [(g, statistics.median(r.tpot * (r.tau + 1) for r in rs))]))
+    spec_records = [r for p in plan.spec for r in records_of(state, "timing", p.name, regime="greedy")
+                    if r.tau is not None]
+    gamma = plan.spec[0].gamma if plan.spec else 8
+
+    def kappa_of(sample: list[Record]) -> float | None:
+        taus = fitting.class_tau([(r.w, r.tau) for r in sample if r.kind == "timing"])
+        ent = fitting.class_entropy([(r.w, r.entropy) for r in sample if r.kind == "entropy"])
+        pairs = [(1 - math.exp(-ent[c]), 1 - fitting.invert_tau(taus[c], gamma)) for c in "srf"
+                 if ent[c] is not None and taus[c] is not None]
+        return fitting.kappa_through_origin(pairs)
+
+    out["kappa"] = fitting.bootstrap(spec_records + entropy_records, kappa_of, rounds=100)
+    return out
+
+
+def predicted_tau(fit_: Fit, gamma: int, w: dict[str, float], rule: str) -> float:
+    cal = fit_.calibration
+    mix = law.ClassMix(max(0.0, w["s"]), max(0.0, w["r"]), max(0.0, 1.0 - max(0.0, w["s"]) - max(0.0, w["r"])))
+    rho = cal.rho_greedy.as_law()
+    if rule == "mixture":
+        return law.tau(law.acceptance(law.mixture_rho(mix, rho), cal.kappa), gamma)
+    drafter = law.Drafter(gamma, 0.0, 0.0)
+    return law.predict_spans(mix, rho, cal.kappa, drafter).effective_tau
+
+
+def progress_bar(done: int, total: int, label: str) -> None:
+    draw("", done, total, f"{label[:50]:<50}")

@@ -1,0 +1,454 @@
+"""The emulated vLLM OpenAI server as an ASGI app (Starlette).
+
+Importable for in-process tests (``create_app``), and served by
+``draftgate emulate`` under uvicorn. Routes mirror vLLM's: chat and text
+completions (streamed and not), the Responses API (``draftgate/emulator/responses.py``),
+models, health, metrics, tokenize, version, prefix cache reset; plus the debug routes of ``draftgate/emulator/debug.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from draftgate.emulator import wire
+from draftgate.emulator.debug import debug_routes
+from draftgate.emulator.engine import Engine, Sequence, SpecConfig
+from draftgate.emulator.faults import CutShort, Faults
+from draftgate.emulator.metrics import EngineMetrics
+from draftgate.emulator.profile import EngineProfile
+from draftgate.emulator.request_fields import (
+    BadRequest,
+    check_cache_salt,
+    check_sampling,
+    check_structured_outputs,
+    check_thinking_budget,
+    typed,
+)
+from draftgate.emulator.responses import Responses
+from draftgate.emulator.speculation import position_model
+from draftgate.emulator.textgen import Generated, OutputToken, generate, request_digest
+from draftgate.emulator.tokens import (
+    block_hashes,
+    render_chat_prompt,
+    token_id,
+    tokenize,
+)
+from draftgate.policy.structure.sampling import SamplingDefaults, speculation_blockers
+from draftgate.policy.vllm_fields import prompts_of
+
+EMULATOR_NOTE = "draftgate vLLM emulator (no GPU; simulated timing and acceptance)"
+EMULATED_VLLM_VERSION = "0.12.0+emulated"  # the API it mirrors (vLLM 0.12 and later)
+
+
+@dataclass
+class EmulatorConfig:
+    model: str = "Qwen/Qwen3-32B"
+    profile: EngineProfile = field(default_factory=EngineProfile)
+    spec: SpecConfig | None = None
+    per_request_metrics: str = "none"  # none | summary | detailed
+    force_include_usage: bool = False
+    max_num_seqs: int | None = None
+    seed: int = 0
+    time_scale: float = 1.0
+    faults: Faults = field(default_factory=Faults)
+    responses_store: bool = False  # vLLM's VLLM_ENABLE_RESPONSES_API_STORE
+
+
+class Emulator:
+    """Request handling around one engine."""
+
+    def __init__(self, config: EmulatorConfig) -> None:
+        self.config = config
+        self.faults = config.faults
+        self.metrics = EngineMetrics(config.model)
+        self.engine: Engine | None = None
+        self.rng = random.Random(config.seed)
+        self.refuse_hook: Callable[[], None] | None = None
+        # the last requests as received, for transparency tests
+        self.received: deque[dict[str, Any]] = deque(maxlen=16)
+        defaults = config.profile.generation_defaults
+        self.sampling_defaults = SamplingDefaults(**{k: v for k, v in defaults.items()
+                                                     if k in SamplingDefaults.model_fields})
+
+    # ---------------------------------------------------------------- routes
+
+    async def health(self, request: Request) -> Response:
+        if self.faults.health_delay:
+            await asyncio.sleep(self.faults.health_delay)
+        if self.faults.health_503:
+            return Response(status_code=503)
+        return Response(status_code=200)
+
+    async def models(self, request: Request) -> JSONResponse:
+        entry = {"id": self.config.model, "object": "model", "created": int(time.time()), "owned_by": "vllm",
+                 "root": self.config.model, "parent": None, "max_model_len": self.get_engine().kv_capacity,
+                 "permission": [], "emulated": True, "description": EMULATOR_NOTE}
+        return JSONResponse({"object": "list", "data": [entry]})
+
+    async def prometheus(self, request: Request) -> Response:
+        reported = self.faults.kv_usage
+        self.metrics.kv_usage.set(self.get_engine().kv_usage if reported is None else reported)
+        return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def reset_prefix_cache(self, request: Request) -> Response:
+        self.get_engine().reset_prefix_cache()
+        return Response(status_code=200)
+
+    async def version(self, request: Request) -> JSONResponse:
+        return JSONResponse({"version": EMULATED_VLLM_VERSION})
+
+    async def tokenize(self, request: Request) -> JSONResponse:
+        """vLLM's /tokenize: a prompt, or messages as the chat template renders them
+        (the count is the ``prompt_tokens`` a chat with those messages reports)."""
+        try:
+            body = await self._read_object(request)
+            if isinstance(body.get("messages"), list):
+                text = render_chat_prompt(body["messages"], body.get("tools"))
+            elif isinstance(body.get("prompt"), str):
+                text = body["prompt"]
+            else:
+                raise BadRequest("either 'prompt' (a string) or 'messages' (a list) is required", param="prompt")
+        except BadRequest as exc:
+            return wire.error_response(str(exc), exc.status, exc.param)
+        pieces = tokenize(text)
+        answer = {"count": len(pieces), "max_model_len": self.get_engine().kv_capacity,
+                  "tokens": [token_id(p) for p in pieces],
+                  "token_strs": pieces if body.get("return_token_strs") is True else None}
+        return CutShort(answer) if self.faults.cut_answer_short else JSONResponse(answer)
+
+    async def chat(self, request: Request) -> Response:
+        return await self._complete(request, "chat")
+
+    async def completions(self, request: Request) -> Response:
+        return await self._complete(request, "completions")
+
+    # ---------------------------------------------------------------- core
+
+    def get_engine(self) -> Engine:
+        """The engine, made on first use (the app's lifespan starts it)."""
+        if self.engine is None:
+            self.engine = Engine(self.config.profile, self.config.spec,
+                                 self.config.max_num_seqs or self.config.profile.max_num_seqs,
+                                 self.config.time_scale, self.metrics)
+        return self.engine
+
+    async def _complete(self, request: Request, endpoint: str) -> Response:
+        try:
+            body = await self._parse(request, endpoint)
+        except BadRequest as exc:
+            return wire.error_response(str(exc), exc.status, exc.param)
+        faults = self.faults
+        if faults.first_byte_delay:
+            await asyncio.sleep(faults.first_byte_delay)
+        if faults.error_status and self.rng.random() < faults.error_rate:
+            return wire.error_response("injected fault", faults.error_status)
+        try:
+            seqs, gens, prompt_len = self._sequences(body, endpoint)
+            for seq in seqs:
+                self.get_engine().submit(seq)
+        except ValueError as exc:
+            return wire.error_response(str(exc), 400)
+        # as vLLM names a request: after the caller's X-Request-Id when it sent one
+        rid = ("chatcmpl-" if endpoint == "chat" else "cmpl-") + (request.headers.get("x-request-id")
+                                                                 or uuid.uuid4().hex)
+        if body.get("stream"):
+            return StreamingResponse(self._stream(rid, body, endpoint, seqs, gens, prompt_len),
+                                     media_type="text/event-stream")
+        done = asyncio.ensure_future(asyncio.gather(*(self._wait(s) for s in seqs)))
+        gone = asyncio.ensure_future(_disconnected(request))
+        await asyncio.wait({done, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if not done.done():
+            for seq in seqs:
+                self.get_engine().abort(seq)
+            done.cancel()
+            # a cancelled gather ends with an exception, logged as "never retrieved" unless read
+            done.add_done_callback(lambda f: f.cancelled() or f.exception())
+            return Response(status_code=499)
+        gone.cancel()
+        answer = self._final_body(rid, body, endpoint, seqs, gens, prompt_len)
+        return CutShort(answer) if faults.cut_answer_short else JSONResponse(answer)
+
+    async def _read_object(self, request: Request) -> dict[str, Any]:
+        """A JSON object body naming this model (or none), as every POST route needs it."""
+        # as vLLM checks it: the media type, in any case, and no header is no JSON
+        if request.headers.get("content-type", "").lower().split(";", 1)[0].strip() != "application/json":
+            raise BadRequest("Unsupported Media Type: Only 'application/json' is allowed")
+        raw = await request.body()
+        self.received.append({"body": raw.decode("utf-8", "replace"), "headers": dict(request.headers)})
+        try:
+            body = json.loads(raw)
+        except (ValueError, RecursionError) as exc:  # bad JSON or UTF-8, a huge integer, deep nesting
+            raise BadRequest(f"Invalid JSON body: {exc}") from None
+        if not isinstance(body, dict):
+            raise BadRequest("The request body must be a JSON object")
+        model = body.get("model")
+        if model and model != self.config.model:  # vLLM serves an empty (or absent) name as its own model
+            raise BadRequest(f"The model `{model}` does not exist.", 404, "model")
+        return body
+
+    async def _parse(self, request: Request, endpoint: str) -> dict[str, Any]:
+        body = typed(await self._read_object(request), endpoint)
+        if endpoint == "chat":
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages or not all(
+                    isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
+                raise BadRequest("messages must be a non-empty list of objects with a role", param="messages")
+        elif not isinstance(body.get("prompt"), (str, list)):
+            raise BadRequest("prompt must be a string or a list", param="prompt")
+        check_sampling(body, ("max_tokens", "max_completion_tokens"))
+        check_structured_outputs(body)
+        check_thinking_budget(body)
+        check_cache_salt(body)
+        n = body["n"] = 1 if body.get("n") is None else body["n"]
+        if not 1 <= n <= 16:
+            raise BadRequest("n must be an integer between 1 and 16", param="n")
+        if body.get("tools") is not None and not isinstance(body["tools"], list):
+            raise BadRequest("tools must be a list", param="tools")
+        choice = body.get("tool_choice")
+        if choice is not None and choice not in ("none", "auto", "required") and not (
+                isinstance(choice, dict) and isinstance(choice.get("function"), dict)
+                and isinstance(choice["function"].get("name"), str)):
+            raise BadRequest("tool_choice must be none, auto, required or a named function", param="tool_choice")
+        return body
+
+    def _sequences(self, body: dict[str, Any], endpoint: str) -> tuple[list[Sequence], list[Generated], int]:
+        """``n`` sequences for each prompt, prompt by prompt (a completions ``prompt`` may be a
+        batch: strings, or lists of token ids), and the prompt tokens of all of them."""
+        seqs: list[Sequence] = []
+        gens: list[Generated] = []
+        prompt_len = 0
+        for one in [{**body, "prompt": p} for p in prompts_of(body)] if endpoint == "completions" else [body]:
+            more_seqs, more_gens, length = self._sequences_of_one(one, endpoint)
+            seqs += more_seqs
+            gens += more_gens
+            prompt_len += length
+        return seqs, gens, prompt_len
+
+    def _sequences_of_one(self, body: dict[str, Any], endpoint: str) -> tuple[list[Sequence], list[Generated], int]:
+        if endpoint == "chat":
+            prompt_text = render_chat_prompt(body.get("messages"), body.get("tools"))
+        else:
+            prompt = body.get("prompt")
+            prompt_text = prompt if isinstance(prompt, str) else " ".join(str(p) for p in prompt)
+        prompt_tokens = tokenize(prompt_text)
+        hashes = block_hashes(prompt_tokens, self.config.profile.block_size, body.get("cache_salt"))
+        temperature = wire.safe_float(body.get("temperature"), self.sampling_defaults.temperature)
+        digest = request_digest(body)
+        if temperature > 1e-5:
+            seed = body.get("seed")
+            digest ^= seed if isinstance(seed, int) and not isinstance(seed, bool) else self.rng.getrandbits(64)
+        cap = body.get("max_completion_tokens") or body.get("max_tokens")
+        speculate = self.config.spec is not None and not speculation_blockers(
+            body, self.sampling_defaults, endpoint, self.config.profile.speculation_blocked_by)
+        seqs, gens = [], []
+        for index in range(body.get("n", 1)):
+            gen = generate(body, self.config.profile, random.Random(digest if temperature <= 1e-5 else digest + index),
+                           endpoint)
+            if not gen.tokens:
+                gen.tokens.append(OutputToken("", "f", "content"))
+            if self.config.spec is not None and self.faults.mismatch_rate and self.rng.random() < self.faults.mismatch_rate:
+                _inject_mismatch(gen)
+            truncated = isinstance(cap, int) and len(gen.tokens) > cap
+            if truncated:
+                del gen.tokens[cap:]
+            positions = position_model([t.cls for t in gen.tokens], self.config.profile, temperature,
+                                       np.random.default_rng([self.config.seed, digest & 0xFFFFFFFF, index]))
+            seqs.append(Sequence(len(prompt_tokens), hashes, gen.tokens, wire.finish_reason(gen, truncated),
+                                 temperature, speculate, positions))
+            gens.append(gen)
+        return seqs, gens, len(prompt_tokens)
+
+    async def _wait(self, seq: Sequence) -> None:
+        while True:
+            kind, _, _ = await seq.events.get()
+            if kind == "finish":
+                return
+
+    def _spec_metrics(self, seqs: list[Sequence]) -> dict[str, Any] | None:
+        if self.config.spec is None or self.config.per_request_metrics == "none":
+            return None
+        if len(seqs) != 1:
+            return {"speculative_decoding": None}
+        return {"speculative_decoding": seqs[0].spec.as_json(self.config.per_request_metrics == "detailed")}
+
+    def _final_body(self, rid: str, body: dict[str, Any], endpoint: str, seqs: list[Sequence],
+                    gens: list[Generated], prompt_len: int) -> dict[str, Any]:
+        top = body.get("top_logprobs") or 0
+        want_logprobs = body.get("logprobs") is True if endpoint == "chat" else isinstance(body.get("logprobs"), int)
+        choices = []
+        for i, (seq, gen) in enumerate(zip(seqs, gens)):
+            logprobs = None
+            if want_logprobs:
+                content = wire.logprobs_content(seq, gen, 0, seq.emitted, top if endpoint == "chat" else body["logprobs"])
+                logprobs = {"content": content}
+            if endpoint == "chat":
+                message = wire.chat_message(gen, seq.emitted, body.get("include_reasoning") is not False)
+                choices.append({"index": i, "message": message, "logprobs": logprobs,
+                                "finish_reason": seq.finish_reason, "stop_reason": None})
+            else:
+                choices.append({"index": i, "text": "".join(t.text for t in gen.tokens[: seq.emitted]),
+                                "logprobs": logprobs, "finish_reason": seq.finish_reason, "stop_reason": None,
+                                "prompt_logprobs": None})
+        out: dict[str, Any] = {
+            "id": rid, "object": "chat.completion" if endpoint == "chat" else "text_completion",
+            "created": int(time.time()), "model": self.config.model, "choices": choices,
+            "usage": wire.usage(prompt_len, sum(s.emitted for s in seqs)),
+        }
+        metrics = self._spec_metrics(seqs)
+        if metrics is not None:
+            out["metrics"] = metrics
+        return out
+
+    async def _stream(self, rid: str, body: dict[str, Any], endpoint: str, seqs: list[Sequence],
+                      gens: list[Generated], prompt_len: int) -> AsyncIterator[bytes]:
+        created = int(time.time())
+        obj = "chat.completion.chunk" if endpoint == "chat" else "text_completion"
+        options = body.get("stream_options") or {}
+        include_usage = options.get("include_usage") or self.config.force_include_usage
+        want_logprobs = body.get("logprobs") is True if endpoint == "chat" else isinstance(body.get("logprobs"), int)
+        top = (body.get("top_logprobs") or 0) if endpoint == "chat" else (body.get("logprobs") or 0)
+
+        def chunk(choices: list[dict[str, Any]], **extra: Any) -> bytes:
+            payload = {"id": rid, "object": obj, "created": created, "model": self.config.model,
+                       "choices": choices, **extra}
+            return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+        queue: asyncio.Queue[tuple[int, str, int, int]] = asyncio.Queue()
+
+        async def pump(index: int, seq: Sequence) -> None:
+            while True:
+                kind, start, end = await seq.events.get()
+                await queue.put((index, kind, start, end))
+                if kind == "finish":
+                    return
+
+        pumps = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(seqs)]
+        sent_tokens = 0
+        try:
+            if self.faults.die_before_first_event:
+                raise ConnectionAbortedError("injected fault: the server dies during prefill")
+            finished = 0
+            announced: set[int] = set()
+            while finished < len(seqs):
+                index, kind, start, end = await queue.get()
+                seq, gen = seqs[index], gens[index]
+                if endpoint == "chat" and index not in announced:
+                    # as vLLM does, the role chunk goes out with the first token, not before
+                    announced.add(index)
+                    yield chunk([{"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                                  "finish_reason": None}])
+                if kind == "finish":
+                    finished += 1
+                    delta_key = "delta" if endpoint == "chat" else "text"
+                    yield chunk([{"index": index, delta_key: {} if endpoint == "chat" else "", "logprobs": None,
+                                  "finish_reason": seq.finish_reason, "stop_reason": None}])
+                    continue
+                logprobs = ({"content": wire.logprobs_content(seq, gen, start, end, top)} if want_logprobs else None)
+                if endpoint == "chat":
+                    for delta in wire.chat_deltas(gen, start, end, body.get("include_reasoning") is not False):
+                        yield chunk([{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": None}])
+                        logprobs = None
+                else:
+                    text = "".join(t.text for t in gen.tokens[start:end])
+                    yield chunk([{"index": index, "text": text, "logprobs": logprobs, "finish_reason": None}])
+                sent_tokens += end - start
+                faults = self.faults
+                if faults.malformed_chunk_after_tokens is not None and sent_tokens >= faults.malformed_chunk_after_tokens:
+                    yield b'data: {"id": "broken", "choices": [\n\n'
+                if faults.die_after_tokens is not None and sent_tokens >= faults.die_after_tokens:
+                    raise ConnectionAbortedError("injected fault: stream dies")
+            if include_usage:
+                extra: dict[str, Any] = {"usage": wire.usage(prompt_len, sum(s.emitted for s in seqs))}
+                metrics = self._spec_metrics(seqs)
+                if metrics is not None:
+                    extra["metrics"] = metrics
+                yield chunk([], **extra)
+            yield b"data: [DONE]\n\n"
+        finally:
+            for p in pumps:
+                p.cancel()
+            for seq in seqs:
+                if not seq.finished:
+                    self.get_engine().abort(seq)
+
+
+def _inject_mismatch(gen: Generated) -> None:
+    for tok in gen.tokens:
+        if tok.channel in ("content", "reasoning"):
+            tok.text = tok.text + "~"
+            return
+    if gen.calls:
+        gen.calls[0].name += "_"
+        for tok in gen.tokens:
+            if tok.channel == "tool_name":
+                tok.text = gen.calls[0].name
+                return
+
+
+async def _disconnected(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+def create_app(config: EmulatorConfig) -> Starlette:
+    """The emulated server as an ASGI app; its engine starts with the app."""
+    emulator = Emulator(config)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        engine = emulator.get_engine()
+        engine.start()
+        try:
+            yield
+        finally:
+            await engine.stop()
+
+    app = Starlette(
+        routes=[
+            Route("/health", emulator.health, methods=["GET"]),
+            Route("/v1/models", emulator.models, methods=["GET"]),
+            Route("/metrics", emulator.prometheus, methods=["GET"]),
+            Route("/v1/chat/completions", emulator.chat, methods=["POST"]),
+            Route("/v1/completions", emulator.completions, methods=["POST"]),
+            Route("/tokenize", emulator.tokenize, methods=["POST"]),
+            Route("/version", emulator.version, methods=["GET"]),
+            Route("/reset_prefix_cache", emulator.reset_prefix_cache, methods=["POST"]),
+            *Responses(emulator, config.responses_store).routes(),
+            *debug_routes(emulator),
+        ],
+        # vLLM's defaults (--allowed-origins, --allowed-methods, --allowed-headers all "*"):
+        # browsers' preflights are answered, and answers carry access-control-allow-origin
+        middleware=[Middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"], allow_headers=["*"])],
+        exception_handlers={HTTPException: _routing_error},
+        lifespan=lifespan,
+    )
+    app.state.emulator = emulator
+    return app
+
+
+async def _routing_error(request: Request, exc: Exception) -> Response:
+    """An unknown path's 404 and a wrong method's 405, as vLLM's FastAPI app answers them:
+    its own handler is for FastAPI's HTTPException, so routing's fall to FastAPI's default."""
+    assert isinstance(exc, HTTPException)
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)

@@ -1,0 +1,106 @@
+"""``draftgate emulate``: an emulated vLLM server, flags mirroring ``vllm serve``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from draftgate.proxy.cli.errors import CliError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8101)
+    parser.add_argument("--model", default="Qwen/Qwen3-32B", help="served model id")
+    parser.add_argument("--speculative-config", help="JSON, as vllm serve takes it; omit for speculation off")
+    parser.add_argument("--per-request-spec-decode-metrics", choices=["none", "summary", "detailed"], default="none")
+    parser.add_argument("--enable-force-include-usage", action="store_true")
+    parser.add_argument("--max-num-seqs", type=int)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--time-scale", type=float, default=1.0, help="wall seconds per simulated second")
+    parser.add_argument("--profile", help="engine profile YAML (defaults: 32B target on an H200)")
+    parser.add_argument("--profile-seed", type=int, help="draw every profile parameter from this seed")
+    parser.add_argument("--faults", help="JSON fault settings, e.g. '{\"health_503\": true}'")
+
+
+def parse_speculative_config(text: str | None) -> Any:
+    """vLLM's ``--speculative-config`` JSON, checked for what the emulator needs."""
+    from draftgate.emulator.engine import SpecConfig
+
+    if not text:
+        return None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"--speculative-config is not valid JSON: {exc.msg}") from None
+    if not isinstance(raw, dict):
+        raise CliError("--speculative-config must be a JSON object")
+    method = raw.get("method", "draft_model")
+    k = raw.get("num_speculative_tokens")
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 64:
+        raise CliError("--speculative-config: num_speculative_tokens must be an integer in [1, 64]")
+    if method not in ("draft_model", "ngram", "eagle", "eagle3", "mtp", "suffix", "medusa"):
+        raise CliError(f"--speculative-config: unknown method {method!r}")
+    table = raw.get("num_speculative_tokens_per_batch_size") or []
+    try:
+        per_batch = tuple((int(lo), int(hi), int(kk)) for lo, hi, kk in table)
+    except (TypeError, ValueError):
+        raise CliError("--speculative-config: num_speculative_tokens_per_batch_size is a list of [lo, hi, K]") from None
+    return SpecConfig(method, k, per_batch, raw.get("model"))
+
+
+def build_config(args: argparse.Namespace) -> Any:
+    from pydantic import ValidationError
+
+    from draftgate.emulator.app import EmulatorConfig
+    from draftgate.emulator.faults import Faults
+    from draftgate.emulator.profile import EngineProfile
+
+    try:
+        if args.profile:
+            profile = EngineProfile.load(args.profile)
+        elif args.profile_seed is not None:
+            profile = EngineProfile.random(args.profile_seed)
+        else:
+            profile = EngineProfile()
+        faults = Faults.model_validate(json.loads(args.faults)) if args.faults else Faults()
+    except (OSError, ValidationError, json.JSONDecodeError) as exc:
+        raise CliError(f"invalid profile or faults: {str(exc).splitlines()[0]}") from None
+    if args.time_scale <= 0:
+        raise CliError("--time-scale must be > 0")
+    if args.max_num_seqs is not None and args.max_num_seqs < 1:
+        raise CliError("--max-num-seqs must be >= 1")
+    return EmulatorConfig(
+        model=args.model, profile=profile, spec=parse_speculative_config(args.speculative_config),
+        per_request_metrics=args.per_request_spec_decode_metrics, force_include_usage=args.enable_force_include_usage,
+        max_num_seqs=args.max_num_seqs, seed=args.seed, time_scale=args.time_scale, faults=faults,
+        # as vLLM reads it: an environment variable, not a flag
+        responses_store=os.environ.get("VLLM_ENABLE_RESPONSES_API_STORE", "0").lower() in ("1", "true"),
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from draftgate.emulator.app import EMULATOR_NOTE, create_app
+    from draftgate.proxy.serving import settle_startup_heap
+
+    config = build_config(args)
+    app = create_app(config)
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
+                                           access_log=False, timeout_graceful_shutdown=2))
+
+    def refuse() -> None:
+        for listener in server.servers:
+            listener.close()
+
+    app.state.emulator.refuse_hook = refuse
+    spec = (f"speculation on ({config.spec.method}, K={config.spec.num_speculative_tokens})"
+            if config.spec else "speculation off")
+    print(f"{EMULATOR_NOTE}: serving {config.model} with {spec} on http://{args.host}:{args.port}"
+          f" (time scale {config.time_scale:g})", flush=True)
+    settle_startup_heap()  # its pauses would land in the latencies the benchmarks compare
+    server.run()
+    return 0

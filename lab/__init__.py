@@ -1,1 +1,0 @@
-"""What measures: the vLLM emulator, workloads, the four-arm protocol, benchmarks."""

@@ -1,1 +1,0 @@
-"""Workload data (committed) and the loaders for it."""
