@@ -165,12 +165,9 @@ class Calibration(BaseModel):
     def derived(self, key: Hashable, compute: Callable[[], T]) -> T:
         """``compute()``, remembered under ``key`` for this calibration (bounded: keys can
         carry client-chosen numbers such as a temperature)."""
-        # through __pydantic_private__: plain attribute access to a private field
-        # goes through BaseModel.__getattr__, which costs more than the lookup saves
-        private = self.__pydantic_private__
-        derived = private["_derived"]  # type: ignore[index]
+        derived = self._derived
         if derived.get(_OWNER) != id(self):  # a model_copy starts out sharing the original's dict
-            derived = private["_derived"] = {_OWNER: id(self)}  # type: ignore[index]
+            derived = self._derived = {_OWNER: id(self)}
         try:
             return derived[key]  # type: ignore[no-any-return]
         except KeyError:

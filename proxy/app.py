@@ -1,7 +1,7 @@
 """The draftgate HTTP service: an OpenAI-compatible gate in front of vLLM pools.
 
-Chat and text completions are gated; every other ``/v1/*`` request passes
-through to a plain pool. The request body reaches the backend byte for byte;
+Chat Completions, Completions and (when configured) the Responses API are
+gated; every other ``/v1/*`` request passes through to a plain pool. The request body reaches the backend byte for byte;
 headers pass except hop-by-hop ones; responses come back unchanged, plus
 three ``x-draftgate-*`` headers.
 """
@@ -19,9 +19,10 @@ from typing import Any
 from fastapi import FastAPI, Request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from draftgate.policy.vllm_fields import streams, wants_usage
+from draftgate.proxy import __version__, admin
 from draftgate.proxy.auth import bearer_token, token_matches
 from draftgate.proxy.catalog import ModelCatalog
 from draftgate.proxy.config import ConfigError, ProxySettings
@@ -218,12 +219,13 @@ class Proxy:
             await self.catalog.keep_fresh(body.get("model"))  # the model's context bounds the estimate
             endpoint = endpoint_of_body(body)
             plan = self._plan(endpoint.gate_view(body), endpoint.name)
-            return JSONResponse(self.planner.explanation(plan, gated=endpoint.gated_by(self.settings)))
+            explanation = admin.Explanation(**self.planner.explanation(plan, gated=endpoint.gated_by(self.settings)))
+            return JSONResponse(explanation.model_dump(mode="json"))
         except BadRequest as exc:
             return exc.response()
 
     async def health(self, request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        return JSONResponse(admin.Health(status="ok").model_dump())
 
     async def ready(self, request: Request) -> Response:
         # Health checks decide, not ejections: a proxy whose pools all fail their answers
@@ -233,8 +235,8 @@ class Proxy:
         healthy = {p.name: sum(r.healthy for r in p.replicas.values()) for p in pools}
         ejected = {p.name: sum(r.healthy and not r.in_rotation for r in p.replicas.values()) for p in pools}
         status = 200 if any(healthy.values()) else 503
-        return JSONResponse({"ready": status == 200, "healthy_replicas": healthy, "ejected_replicas": ejected},
-                            status_code=status)
+        readiness = admin.Readiness(ready=status == 200, healthy_replicas=healthy, ejected_replicas=ejected)
+        return JSONResponse(readiness.model_dump(), status_code=status)
 
     async def metrics_page(self, request: Request) -> Response:
         self.recorder.refresh_gauges()
@@ -250,8 +252,8 @@ class Proxy:
             pending = self.do_reload()
         except ConfigError as exc:
             return openai_error(400, str(exc), code="invalid_configuration")
-        return JSONResponse({"reloaded": True, "pools": [p.name for p in self.upstreams.pools],
-                             "restart_needed": pending})
+        reloaded = admin.Reloaded(reloaded=True, pools=[p.name for p in self.upstreams.pools], restart_needed=pending)
+        return JSONResponse(reloaded.model_dump())
 
     def cors_policy(self) -> CorsPolicy:
         """The CORS settings now in force (a reload changes them)."""
@@ -305,17 +307,30 @@ def create_app(settings: ProxySettings,
             await proxy.monitor.stop()
             proxy.client.close()
 
-    app = FastAPI(title="draftgate", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
-    app.add_api_route("/v1/models", proxy.models, methods=["GET"])
-    # HEAD too: some load balancers' health checks send it
-    app.add_api_route("/health", proxy.health, methods=["GET", "HEAD"])
-    app.add_api_route("/ready", proxy.ready, methods=["GET", "HEAD"])
-    app.add_api_route("/metrics", proxy.metrics_page, methods=["GET"])
-    app.add_api_route("/draftgate/explain", proxy.explain, methods=["POST"])
-    app.add_api_route("/draftgate/reload", proxy.reload, methods=["POST"])
+    # the document describes the proxy's own endpoints (proxy/admin.py); vLLM's API, relayed, is vLLM's to document
+    app = FastAPI(title="draftgate", version=__version__, summary="the proxy's own endpoints",
+                  openapi_url="/draftgate/openapi.json", docs_url="/draftgate/docs", redoc_url=None,
+                  lifespan=lifespan)
+    app.add_api_route("/v1/models", proxy.models, methods=["GET"], include_in_schema=False)
+    app.add_api_route("/health", proxy.health, methods=["GET"], response_model=admin.Health,
+                      summary="the proxy is up")
+    app.add_api_route("/ready", proxy.ready, methods=["GET"], response_model=admin.Readiness,
+                      responses={503: {"model": admin.Readiness, "description": "no pool has a healthy replica"}},
+                      summary="some pool has a healthy replica")
+    for path, handler in (("/health", proxy.health), ("/ready", proxy.ready)):
+        # HEAD too: some load balancers' health checks send it (documented once, as GET)
+        app.add_api_route(path, handler, methods=["HEAD"], include_in_schema=False)
+    app.add_api_route("/metrics", proxy.metrics_page, methods=["GET"], summary="Prometheus metrics (docs/metrics.md)",
+                      response_class=PlainTextResponse)
+    app.add_api_route("/draftgate/explain", proxy.explain, methods=["POST"], response_model=admin.Explanation,
+                      responses=admin.ERRORS, openapi_extra=admin.EXPLAIN_BODY,
+                      summary="what the gate reads in a request and where it would send it, without forwarding it")
+    app.add_api_route("/draftgate/reload", proxy.reload, methods=["POST"], response_model=admin.Reloaded,
+                      responses=admin.ERRORS, summary="apply the configuration file as it is now (admin_token)")
     for path in ("/v1/{rest:path}", *VLLM_ROUTES_OUTSIDE_V1):
         # OPTIONS: browsers' CORS preflights, answered by a pool as its --allowed-origins say
-        app.add_api_route(path, proxy.passthrough, methods=["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"])
+        app.add_api_route(path, proxy.passthrough, methods=["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"],
+                          include_in_schema=False)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:

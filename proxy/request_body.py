@@ -123,23 +123,3 @@ async def read_json(request: Request, limit: int, patience: float) -> tuple[byte
         raise BadRequest(400, "request body is nested too deeply to parse") from None
     except ValueError:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
         raise BadRequest(400, "request body has an integer too long to parse") from None
-
-
-def validate(body: Any, endpoint: str) -> None:
-    """What the gate needs of a chat, completions or responses body before it can plan."""
-    if not isinstance(body, dict):
-        raise BadRequest(400, "request body must be a JSON object")
-    if endpoint == "responses":
-        if not isinstance(body.get("input"), (str, list)):
-            raise BadRequest(400, "'input' must be a string or a list of input items", param="input")
-    elif endpoint == "chat":
-        messages = body.get("messages")
-        if not isinstance(messages, list):
-            raise BadRequest(400, "'messages' must be a list of message objects", param="messages")
-        if not messages:
-            raise BadRequest(400, "'messages' must not be empty", param="messages")
-    elif "prompt" not in body:
-        raise BadRequest(400, "'prompt' is required", param="prompt")
-    model = body.get("model")
-    if model is not None and not isinstance(model, str):
-        raise BadRequest(400, "'model' must be a string", param="model")

@@ -1,0 +1,110 @@
+"""The shapes of the proxy's own endpoints (``/draftgate/*``, ``/health``,
+``/ready``), as typed models: FastAPI documents them at
+``/draftgate/openapi.json`` (and as a page at ``/draftgate/docs``), and the
+handlers answer through them, so the page cannot drift from the answers.
+
+The OpenAI-compatible routes are not in that document: they are vLLM's API,
+relayed, and documented by vLLM.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ClassTokens(_Strict):
+    s: float = Field(description="schema-bound tokens")
+    r: float = Field(description="reasoning tokens")
+    f: float = Field(description="prose tokens")
+
+
+class PoolTerms(_Strict):
+    pool: str
+    saving: float = Field(description="predicted speculative saving on this pool (0 for a plain pool)")
+    cost_per_token: float = Field(description="what the gate minimises, per output token")
+    gpu_seconds_per_token: float = Field(description="busy GPU-seconds per output token at the pool's load")
+    eligible: bool = Field(description="whether the pool could take the request now")
+    note: str
+
+
+class AffinityMatch(_Strict):
+    pool: str = Field(description="the pool holding the conversation's prefix")
+    cached_tokens: float
+    via: str = Field(description="how the conversation was recognised")
+
+
+class Explanation(_Strict):
+    """What the gate reads in a request and where it would send it; nothing is forwarded."""
+
+    w_s: float = Field(description="estimated schema-bound share of the output")
+    w_r: float = Field(description="estimated reasoning share")
+    w_f: float = Field(description="estimated prose share")
+    expected_tokens: ClassTokens
+    reasons: list[str] = Field(description="what the estimator read, and why the gate chose as it did")
+    temperature: float
+    temperature_from_default: bool
+    n: int
+    speculation_blockers: list[str] = Field(description="settings with which vLLM will not speculate")
+    p_tool_call: float
+    prompt_tokens: float
+    constrained: bool = Field(description="the output is under a grammar")
+    thinking: bool
+    prompts: int
+    reasoning_hidden: bool
+    route: str = Field(description="the pool the request would go to")
+    predicted_saving: float
+    predicted_tau: dict[str, float]
+    break_even_ws: float | None = Field(description="the schema fraction at which speculation breaks even")
+    break_even_note: str | None
+    pools: list[PoolTerms]
+    affinity: AffinityMatch | None
+
+
+class Reloaded(_Strict):
+    reloaded: bool
+    pools: list[str]
+    restart_needed: list[str] = Field(description="changed keys that only a restart applies")
+
+
+class Health(_Strict):
+    status: str
+
+
+class Readiness(_Strict):
+    ready: bool
+    healthy_replicas: dict[str, int] = Field(description="per pool")
+    ejected_replicas: dict[str, int] = Field(description="per pool: healthy, but out of rotation for failed answers")
+
+
+class ErrorDetail(_Strict):
+    message: str
+    type: str
+    param: str | None
+    code: str | int | None
+
+
+class Error(_Strict):
+    """Every error the proxy answers itself, in the OpenAI shape."""
+
+    error: ErrorDetail
+
+
+# what /draftgate/explain takes: any body a gated endpoint takes, told apart by its fields
+EXPLAIN_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {
+            "type": "object", "additionalProperties": True,
+            "description": "a Chat Completions body (messages), a Completions body (prompt) or a Responses "
+                           "body (input), as it would be sent"}}},
+    },
+}
+ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": Error} for status in (400, 401, 403, 404, 408, 413, 415)
+}
