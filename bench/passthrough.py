@@ -10,7 +10,7 @@ or event by event for a stream. It does nothing else: no parsing, planning,
 failover, metrics or log line. ``bench.bench_proxy`` drives its load through it
 too. Passthrough minus relay is what a Python ASGI proxy costs on this
 machine before it does any work; draftgate minus passthrough is draftgate's
-own work. A lab baseline, not a product.
+own work. A benchmark baseline, not a product.
 """
 
 from __future__ import annotations

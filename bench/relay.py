@@ -7,7 +7,7 @@ draftgate. Relayed minus direct is what one more process and two more loopback
 hops cost here before a byte is parsed; draftgate's own work is what it adds
 beyond the relay. Each client connection gets its own upstream connection and
 bytes go both ways as they arrive, with flow control, on uvloop like the proxy.
-A lab baseline, not a product: no HTTP, no timeouts, loopback only.
+A benchmark baseline, not a product: no HTTP, no timeouts, loopback only.
 """
 
 from __future__ import annotations

@@ -129,7 +129,7 @@ class AffinityTable:
         self.capacity = capacity
         # Placements are kept as plain tuples of strings and a number: the cycle collector
         # stops tracking such a tuple, and a full table of dataclasses would add 100,000
-        # objects to every full collection's pause (lab.bench_gc).
+        # objects to every full collection's pause (bench.bench_gc).
         self._entries: OrderedDict[int, tuple[str, str, float]] = OrderedDict()
 
     def __len__(self) -> int:

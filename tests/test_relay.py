@@ -1,4 +1,4 @@
-"""bench.relay and lab.passthrough, the benchmark's floors: what goes through them arrives as sent, both ways."""
+"""bench.relay and bench.passthrough, the benchmark's floors: what goes through them arrives as sent, both ways."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The emulator's debug routes, which no vLLM has: for tests and the lab.
+"""The emulator's debug routes, which no vLLM has: for tests and benchmarks.
 
 ``GET /debug/ground-truth`` says what the server simulated (its profile, and
 the acceptance it drew per token class), against which the proxy's
