@@ -24,6 +24,7 @@ import json
 import time
 from typing import Any
 
+from draftgate.proxy.headers import upstream_headers
 from draftgate.proxy.pools import Pool, PoolSet
 from draftgate.proxy.request_body import BadRequest
 from draftgate.proxy.upstream import UpstreamClient
@@ -94,8 +95,8 @@ class ModelCatalog:
         self.checked_at = time.monotonic()
 
         async def fetch(pool: Pool, url: str) -> list[dict[str, Any]]:
-            key = pool.config.api_key  # vLLM guards /v1/models with its key
-            headers = [] if key is None else [(b"authorization", f"Bearer {key.get_secret_value()}".encode("latin-1"))]
+            # with the pool's own key, if it has one: vLLM guards /v1/models with it
+            headers = upstream_headers((), pool, strip_authorization=True)
             status, body = await self.client.origin(url).get("/v1/models", headers, 3.0)
             listing = json.loads(body) if status == 200 else None
             data = listing.get("data") if isinstance(listing, dict) else None

@@ -36,7 +36,7 @@ from starlette.responses import Response, StreamingResponse
 from draftgate.proxy.budget import RetryBudget
 from draftgate.proxy.config import ProxySettings
 from draftgate.proxy.errors import at_capacity_error, openai_error
-from draftgate.proxy.headers import RETRYABLE_STATUS, downstream_headers, upstream_headers
+from draftgate.proxy.headers import downstream_headers, upstream_headers
 from draftgate.proxy.metrics import ProxyMetrics
 from draftgate.proxy.observe import Observation
 from draftgate.proxy.pools import Pool, PoolSet, Replica
@@ -54,6 +54,8 @@ from draftgate.proxy.upstream import (
 
 log = logging.getLogger("draftgate.forward")
 
+# answers that another pool may do better than: the server, or one in front of it, failed
+RETRYABLE_STATUS = frozenset({502, 503, 504})
 # what each failure before the first byte is counted as: metric kind, reason, status if it is the last
 _FAILURES: dict[type[UpstreamError], tuple[str, str, int]] = {
     UpstreamConnectError: ("connect", "connect failed", 502),

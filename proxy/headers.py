@@ -22,7 +22,6 @@ HOP_BY_HOP = frozenset({
 })
 # the proxy's own server answers with its own date; the upstream's server name is not ours to relay
 NOT_RELAYED = HOP_BY_HOP | {b"date", b"server"}
-RETRYABLE_STATUS = frozenset({502, 503, 504})
 
 
 def upstream_headers(incoming: Iterable[tuple[bytes, bytes]], pool: Pool,

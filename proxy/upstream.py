@@ -388,8 +388,9 @@ class Origin:
             raise
 
     async def get(self, target: str, headers: Iterable[tuple[bytes, bytes]], timeout: float) -> tuple[int, bytes]:
-        """A whole GET exchange within ``timeout`` seconds in all: status and body.
-        For the proxy's own calls (health checks, scrapes, model lists)."""
+        """A whole GET exchange, status and body: the headers within ``timeout``
+        seconds, then the body within as long again. For the proxy's own calls
+        (health checks, scrapes, model lists)."""
         response = await self.request("GET", target, headers, b"", timeout, timeout)
         try:
             async with asyncio.timeout(timeout):

@@ -50,7 +50,7 @@ _NO_THINKING_EFFORTS = {"none", "minimal"}
 
 
 @dataclass(frozen=True, slots=True)
-class Conversation:
+class _Conversation:
     """What the estimate asks of the messages, read in one pass."""
 
     after_tool: bool = False  # the last message is a tool result
@@ -101,7 +101,7 @@ def estimate(
     if not isinstance(body, dict):
         body = {}
         draft.note("request body is not a JSON object: estimated as prose")
-    conversation = _read_conversation(body.get("messages")) if endpoint == "chat" else Conversation()
+    conversation = _read_conversation(body.get("messages")) if endpoint == "chat" else _Conversation()
     if priors.thinking_by_default or any(name in body for name in _THINKING_FIELDS):
         _read_thinking(body, draft)
     if not _read_output_format(body, draft):
@@ -251,7 +251,7 @@ def _read_output_format(body: dict[str, Any], draft: _Draft) -> bool:
     return False
 
 
-def _read_tools(body: dict[str, Any], draft: _Draft, conversation: Conversation) -> None:
+def _read_tools(body: dict[str, Any], draft: _Draft, conversation: _Conversation) -> None:
     p = draft.priors
     tools = body.get("tools")
     after_tool, agent_called, question = conversation.after_tool, conversation.agent_called, conversation.question
@@ -386,10 +386,10 @@ def _schema_tokens(schema: dict[str, Any], draft: _Draft) -> float:
     return max(1.0, chars / draft.priors.json_chars_per_token)
 
 
-def _read_conversation(messages: Any) -> Conversation:
+def _read_conversation(messages: Any) -> _Conversation:
     """The messages read once, for everything the estimate asks of them."""
     if not isinstance(messages, list) or not messages:
-        return Conversation()
+        return _Conversation()
     chars = 0
     agent_called = False
     question = None
@@ -413,7 +413,7 @@ def _read_conversation(messages: Any) -> Conversation:
             agent_called = True
     last = messages[-1]
     after_tool = isinstance(last, dict) and last.get("role") in ("tool", "function")
-    return Conversation(after_tool, agent_called, question if isinstance(question, str) and question else None, chars)
+    return _Conversation(after_tool, agent_called, question if isinstance(question, str) and question else None, chars)
 
 
 def _prompt_tokens(body: dict[str, Any], endpoint: Endpoint, priors: StructurePriors, message_chars: int) -> float:
