@@ -1,4 +1,4 @@
-"""One-line progress bars on stderr (calibration runs, demo replays).
+"""One-line progress bars on stderr (calibration runs, evaluation replays).
 
 On a terminal the bar is redrawn in place. Anywhere else (a CI log, ``| tee``)
 a carriage return does not go back, so every redraw would pile up on one

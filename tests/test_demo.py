@@ -1,22 +1,19 @@
-"""The demo's replay at small scale, over several emulator seeds: the gated cost per
-token is no worse than always on, always off or vLLM's dynamic K, and within 5% of
-the oracle (for requests that ran one at a time, where the oracle is exact).
+"""The demo (one seed of the evaluation) and ``draftgate evaluate`` itself, end to end.
 
-Seed 3's reasoning requests sit at break-even: their reasoning share varies
-from 0.4 to 0.8 between draws of the same prompt, and the gate predicts a
-saving within a few percent of 0 for them. Without a margin, a calibration whose
-delta+d read 0.01 low (of 0.32) sent one of them to speculation, and the replay
-came out 6.6% above the oracle (8.6% at a third of the scale, where it is one
-request in two). So the demo runs with the margin the example configuration
-recommends (5%), which keeps such coin flips on the plain pool, and at half scale,
-where one request weighs less. Seeds 1, 2 and 3 then come out 2.2-3.1% above
-the oracle, and seed 3 stays there with delta+d read 0.02 low or 0.03 high.
+Nothing here asserts the gate wins: the verdict is whatever the bench measures.
+What must hold by construction is asserted: the oracle (each request on its
+cheapest fixed pool) costs no more than any fixed pool, every strategy of every
+level is either measured or said not to be, the verdict is said in words for
+every level, and every server started is gone afterwards.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,58 +22,108 @@ from draftgate.demo.run import run_demo
 
 
 def children() -> set[int]:
-    me = os.getpid()
+    return _children_of(os.getpid())
+
+
+FIXED = ["always on K=2", "always on K=4", "always on K=8", "always off"]
+
+
+def _check_verdict(summary: dict, levels: list[str]) -> None:
+    assert list(summary["levels"]) == levels
+    for level in levels:
+        strategies = summary["levels"][level]["strategies"]
+        oracle = strategies["oracle"]["cost_per_token"]
+        for name in FIXED:
+            cost = strategies[name]["cost_per_token"]
+            assert cost["min"] <= cost["mean"] <= cost["max"]
+            # per seed, the oracle takes each request's cheapest fixed pool
+            assert oracle["mean"] <= cost["mean"] * (1 + 1e-9), (level, name)
+        gate = strategies["gate"]
+        assert gate["measured"] and gate["tpot_p99_ms"] >= gate["tpot_p50_ms"] > 0 and gate["ttft_p99_ms"] > 0
+        assert 0.0 <= gate["to_speculation"] <= 1.0
+
+
+def test_the_demo_prints_the_evaluations_verdict_and_leaves_nothing_running(tmp_path: Path, capsys) -> None:
+    before = children()
+    summary = run_demo(seed=2, scale=0.4, out_dir=tmp_path)
+    _check_verdict(summary, ["1", "8", "32", "burst"])
+    printed = capsys.readouterr().out
+    assert "EMULATED" in printed and "oracle" in printed
+    # the verdict in words, for every level, whichever way it goes
+    for where in ("at concurrency 1 ", "at concurrency 8 ", "at concurrency 32 ", "in the burst "):
+        assert re.search(where + r"the gate (LOSES: \d+\.\d% more than|is the cheapest|ties)", printed), where
+    assert (tmp_path / "cost_vs_concurrency.png").read_bytes()[:4] == b"\x89PNG"
+    assert json.loads((tmp_path / "verdict.json").read_text()) == summary
+    assert (tmp_path / "seed-2" / "calibration.yaml").exists()
+    assert children() <= before  # every server the demo started is gone
+
+
+def test_evaluate_json_over_two_seeds(tmp_path: Path) -> None:
+    """``draftgate evaluate --json``: one object on standard output, the spread over seeds."""
+    done = subprocess.run([sys.executable, "-m", "draftgate.proxy.cli.main", "evaluate", "--seeds", "2",
+                           "--concurrency", "1,4", "--burst", "6", "--scale", "0.3", "--json", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout)
+    assert summary["seeds"] == 2
+    _check_verdict(summary, ["1", "4", "burst"])
+    ranges = [s["cost_per_token"] for s in summary["levels"]["4"]["strategies"].values()]
+    assert any(r["max"] > r["min"] for r in ranges)  # two seeds, two hardware draws: a spread
+
+
+def test_evaluate_against_given_pools_reports_the_rest_as_not_measured(tmp_path: Path) -> None:
+    """Against pools given by URL (here emulators standing in for real ones), the strategies
+    whose pools are missing are not measured, never estimated, and the cost is wall time."""
+    from draftgate.servers import ServerProcess
+
+    spec = '{"method": "draft_model", "model": "Qwen/Qwen3-4B", "num_speculative_tokens": 4}'
+    with ServerProcess(["emulate", "--enable-force-include-usage", "--time-scale", "0.05",
+                        "--speculative-config", spec]) as on, \
+            ServerProcess(["emulate", "--enable-force-include-usage", "--time-scale", "0.05"]) as off:
+        done = subprocess.run([sys.executable, "-m", "draftgate.proxy.cli.main", "evaluate", "--seeds", "1",
+                               "--concurrency", "2", "--burst", "0", "--scale", "0.3", "--json", "--out", str(tmp_path),
+                               "--spec-on", f"4={on.url}", "--spec-off", off.url],
+                              capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    strategies = json.loads(done.stdout)["levels"]["2"]["strategies"]
+    assert strategies["always on K=2"] == {"measured": False} and strategies["dynamic K"] == {"measured": False}
+    assert strategies["always on K=4"]["measured"] and strategies["always off"]["measured"]
+    assert strategies["gate"]["measured"] and "oracle" not in strategies  # no per-request truth from real pools
+
+
+@pytest.mark.parametrize("argv", [["--concurrency", "1,x"], ["--seeds", "0"], ["--spec-on", "http://a:1"],
+                                  ["--spec-on", "x=http://a:1", "--spec-off", "http://b:1"]])
+def test_evaluate_refuses_bad_options_in_one_line(argv: list[str]) -> None:
+    done = subprocess.run([sys.executable, "-m", "draftgate.proxy.cli.main", "evaluate", *argv],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.startswith("draftgate evaluate: error: ")
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def _children_of(pid: int) -> set[int]:
     out = set()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == me:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
                     out.add(int(entry.name))
             except (OSError, IndexError, ValueError):
                 continue
     return out
 
 
-@pytest.mark.parametrize("seed", [1, 3])
-def test_demo_replay_relations(seed: int, tmp_path: Path) -> None:
-    before = children()
-    outcome = run_demo(seed=seed, scale=0.5, out_dir=tmp_path, calibration_requests=3)
-    cost = outcome.cost_per_token
-    best_fixed = min(cost["always on"], cost["always off"], cost["dynamic K"])
-    assert cost["gated"] <= best_fixed * (1 + 1e-9), cost
-    assert cost["gated"] <= cost["oracle"] * 1.05, cost
-    assert "gated" in outcome.table and "oracle" in outcome.table and "burst" in outcome.table
-    # the verdict in words, so that no one reads a saving as a loss
-    assert re.search(r"(\d\.\d% less than|the same as) the best fixed strategy \(", outcome.table), outcome.table
-    assert re.search(r"(\d\.\d% more than|the same as) the oracle\.", outcome.table), outcome.table
-    assert outcome.figure is not None and outcome.figure.read_bytes()[:4] == b"\x89PNG"
-    assert (tmp_path / "calibration.yaml").exists()
-    assert children() <= before  # every server the demo started is gone
-
-
 def test_ctrl_c_stops_everything(tmp_path: Path) -> None:
     import signal
-    import subprocess
-    import sys
     import time
 
     proc = subprocess.Popen([sys.executable, "-m", "draftgate.proxy.cli.main", "demo", "--scale", "0.1", "--out", str(tmp_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
     started: set[int] = set()
     deadline = time.monotonic() + 120
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if "calibrating" in line or time.monotonic() > deadline:
-            break
-    time.sleep(1.0)  # the emulators are up and calibration is running
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == proc.pid:
-                    started.add(int(entry.name))
-            except (OSError, IndexError, ValueError):
-                continue
-    assert len(started) >= 3
+    while len(started) < 4 and time.monotonic() < deadline:  # emulators coming up, one by one
+        time.sleep(0.2)
+        started |= _children_of(proc.pid)
+    assert len(started) >= 4
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=60) in (130, -2, 1)
     time.sleep(0.5)

@@ -97,3 +97,20 @@ def test_only_draftgate_is_importable_from_the_wheel(installed: Path, tmp_path: 
     proc = subprocess.run([str(installed), "-c", probe], capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == ""
+
+
+def test_the_emulator_imports_nothing_of_the_gate() -> None:
+    """The emulator is the truth the gate is graded against: it shares the wire with the
+    proxy, never its model, so it imports nothing of ``policy`` or the proxy."""
+    import ast
+
+    import draftgate.emulator
+
+    forbidden = ("draftgate.policy", "draftgate.proxy", "policy", "proxy")
+    seen = []
+    for path in Path(draftgate.emulator.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            seen += [(path.name, n) for n in names if n.split(".")[0] in forbidden or n.startswith(forbidden[:2])]
+    assert seen == []

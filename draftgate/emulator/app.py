@@ -52,8 +52,7 @@ from draftgate.emulator.tokens import (
     token_id,
     tokenize,
 )
-from draftgate.policy.structure.sampling import SamplingDefaults, speculation_blockers
-from draftgate.policy.vllm_fields import prompts_of
+from draftgate.emulator.vllm_request import completion_prompts, runs_without_speculation
 
 EMULATOR_NOTE = "draftgate vLLM emulator (no GPU; simulated timing and acceptance)"
 EMULATED_VLLM_VERSION = "0.12.0+emulated"  # the API it mirrors (vLLM 0.12 and later)
@@ -73,6 +72,19 @@ class EmulatorConfig:
     responses_store: bool = False  # vLLM's VLLM_ENABLE_RESPONSES_API_STORE
 
 
+# Not vLLM's: what the request cost on this emulated GPU, in simulated seconds, for an evaluation
+# to read beside the answer (a proxy relays it). Absent on streams, whose headers go first.
+TRUTH_HEADER = "x-emulator-truth"
+
+
+def truth_header(seqs: list[Sequence]) -> str:
+    """``gpu_seconds=..; ttft=..; tpot=..; tokens=..`` over the request's sequences."""
+    each = [s.truth() for s in seqs]
+    summed = {"gpu_seconds": sum(t["gpu_seconds"] for t in each), "ttft": max(t["ttft"] for t in each),
+              "tpot": max(t["tpot"] for t in each), "tokens": sum(t["tokens"] for t in each)}
+    return "; ".join(f"{k}={v:.6g}" for k, v in summed.items())
+
+
 class Emulator:
     """Request handling around one engine."""
 
@@ -85,9 +97,8 @@ class Emulator:
         self.refuse_hook: Callable[[], None] | None = None
         # the last requests as received, for transparency tests
         self.received: deque[dict[str, Any]] = deque(maxlen=16)
-        defaults = config.profile.generation_defaults
-        self.sampling_defaults = SamplingDefaults(**{k: v for k, v in defaults.items()
-                                                     if k in SamplingDefaults.model_fields})
+        self.generation_defaults = config.profile.generation_defaults
+        self.misalignment = config.profile.drafter(config.spec.method).misalignment if config.spec else 0.0
 
     # ---------------------------------------------------------------- routes
 
@@ -185,7 +196,9 @@ class Emulator:
             return Response(status_code=499)
         gone.cancel()
         answer = self._final_body(rid, body, endpoint, seqs, gens, prompt_len)
-        return CutShort(answer) if faults.cut_answer_short else JSONResponse(answer)
+        if faults.cut_answer_short:
+            return CutShort(answer)
+        return JSONResponse(answer, headers={TRUTH_HEADER: truth_header(seqs)})
 
     async def _read_object(self, request: Request) -> dict[str, Any]:
         """A JSON object body naming this model (or none), as every POST route needs it."""
@@ -236,7 +249,7 @@ class Emulator:
         seqs: list[Sequence] = []
         gens: list[Generated] = []
         prompt_len = 0
-        for one in [{**body, "prompt": p} for p in prompts_of(body)] if endpoint == "completions" else [body]:
+        for one in [{**body, "prompt": p} for p in completion_prompts(body)] if endpoint == "completions" else [body]:
             more_seqs, more_gens, length = self._sequences_of_one(one, endpoint)
             seqs += more_seqs
             gens += more_gens
@@ -251,14 +264,14 @@ class Emulator:
             prompt_text = prompt if isinstance(prompt, str) else " ".join(str(p) for p in prompt)
         prompt_tokens = tokenize(prompt_text)
         hashes = block_hashes(prompt_tokens, self.config.profile.block_size, body.get("cache_salt"))
-        temperature = wire.safe_float(body.get("temperature"), self.sampling_defaults.temperature)
+        temperature = wire.safe_float(body.get("temperature"), self.generation_defaults.get("temperature", 1.0))
         digest = request_digest(body)
         if temperature > 1e-5:
             seed = body.get("seed")
             digest ^= seed if isinstance(seed, int) and not isinstance(seed, bool) else self.rng.getrandbits(64)
         cap = body.get("max_completion_tokens") or body.get("max_tokens")
-        speculate = self.config.spec is not None and not speculation_blockers(
-            body, self.sampling_defaults, endpoint, self.config.profile.speculation_blocked_by)
+        speculate = self.config.spec is not None and not runs_without_speculation(
+            body, self.generation_defaults, endpoint, self.config.profile.speculation_blocked_by)
         seqs, gens = [], []
         for index in range(body.get("n", 1)):
             gen = generate(body, self.config.profile, random.Random(digest if temperature <= 1e-5 else digest + index),
@@ -270,8 +283,9 @@ class Emulator:
             truncated = isinstance(cap, int) and len(gen.tokens) > cap
             if truncated:
                 del gen.tokens[cap:]
-            positions = position_model([t.cls for t in gen.tokens], self.config.profile, temperature,
-                                       np.random.default_rng([self.config.seed, digest & 0xFFFFFFFF, index]))
+            positions = position_model([t.kind for t in gen.tokens], self.config.profile, temperature,
+                                       np.random.default_rng([self.config.seed, digest & 0xFFFFFFFF, index]),
+                                       self.misalignment)
             seqs.append(Sequence(len(prompt_tokens), hashes, gen.tokens, wire.finish_reason(gen, truncated),
                                  temperature, speculate, positions))
             gens.append(gen)

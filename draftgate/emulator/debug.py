@@ -31,7 +31,6 @@ def debug_routes(emulator: Emulator) -> list[Route]:
             "speculative": config.spec is not None,
             "method": config.spec.method if config.spec else None,
             "num_speculative_tokens": config.spec.num_speculative_tokens if config.spec else 0,
-            "draft_cost": engine.draft_cost,
             "time_scale": config.time_scale,
             "simulated_seconds": engine.simulated_seconds,
             "busy_seconds": engine.busy_seconds,

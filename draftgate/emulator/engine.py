@@ -2,12 +2,19 @@
 
 Each step admits waiting sequences while ``max_num_seqs`` and the KV capacity
 allow, prefills them (only the tokens the prefix cache does not hold, plus the
-draft's own prefill on a speculation server), and runs one decode round for
-the rest. A round costs ``c_T(b) * (1 + K*delta(b)) + K*d*c_T(b)`` simulated
-seconds at ``b`` running sequences and depth ``K``; on a speculation server
-each sequence emits its accepted draft prefix plus one token. Simulated time
-is mapped to wall time by ``time_scale`` against an anchor, so sleep
-inaccuracy does not accumulate.
+draft model's own prefill on a speculation server), and runs one decode round
+for the rest, all in one step as vLLM's chunked prefill schedules them. What
+the step costs comes from ``physics.step_time``: the GPU's bytes and FLOPs for
+the tokens in flight, the drafter's passes, fixed overheads. On a speculation
+server each sequence emits its accepted draft prefix plus one token.
+
+Time is simulated: a step advances the engine's clock by its GPU time, and
+idle wall time advances it by ``1 / time_scale``. Simulated time is mapped to
+wall time by ``time_scale`` against an anchor, so sleep inaccuracy does not
+accumulate; when the host cannot keep up, the clock stays right and only the
+wall pacing slips. Every sequence carries its own account in simulated seconds
+(GPU time charged to it, first token, last token), which the evaluation reads
+as ground truth.
 """
 
 from __future__ import annotations
@@ -20,7 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from draftgate.emulator.metrics import EngineMetrics
-from draftgate.emulator.profile import EngineProfile
+from draftgate.emulator.physics import Work, step_time
+from draftgate.emulator.profile import KINDS, EngineProfile
 from draftgate.emulator.speculation import PositionModel
 from draftgate.emulator.textgen import OutputToken
 
@@ -105,15 +113,44 @@ class Sequence:
     aborted: bool = False
     finished: bool = False
     spec: SpecStats = field(default_factory=SpecStats)
+    # the ground truth, in simulated seconds
+    gpu_seconds: float = 0.0
+    arrived_at: float = 0.0
+    first_token_sim: float | None = None
+    last_token_sim: float | None = None
+    draft_len: int = 0  # proposed for the step being run
+
+    def truth(self) -> dict[str, float]:
+        """GPU time charged to this sequence, time to first token and time per output token after it."""
+        first = self.first_token_sim if self.first_token_sim is not None else self.arrived_at
+        last = self.last_token_sim if self.last_token_sim is not None else first
+        return {"gpu_seconds": self.gpu_seconds, "ttft": first - self.arrived_at,
+                "tpot": (last - first) / max(1, self.emitted - 1), "tokens": self.emitted}
+
+
+def _counts(keys: tuple[str, ...] | str) -> dict[str, int]:
+    return dict.fromkeys(keys, 0)
 
 
 @dataclass
 class GroundTruth:
-    """What the emulator actually produced: the answer key for tests."""
+    """What the emulator actually produced, by output class and by token kind: the answer key for tests."""
 
-    drafted: dict[str, int] = field(default_factory=lambda: {"s": 0, "r": 0, "f": 0})
-    accepted: dict[str, int] = field(default_factory=lambda: {"s": 0, "r": 0, "f": 0})
-    steps: dict[str, int] = field(default_factory=lambda: {"s": 0, "r": 0, "f": 0})
+    drafted: dict[str, int] = field(default_factory=lambda: _counts("srf"))
+    accepted: dict[str, int] = field(default_factory=lambda: _counts("srf"))
+    steps: dict[str, int] = field(default_factory=lambda: _counts("srf"))
+    drafted_by_kind: dict[str, int] = field(default_factory=lambda: _counts(KINDS))
+    accepted_by_kind: dict[str, int] = field(default_factory=lambda: _counts(KINDS))
+
+    def record(self, output: list[OutputToken], start: int, draft_len: int, accepted: int) -> None:
+        self.steps[output[start].cls] += 1
+        for j in range(draft_len):
+            token = output[start + j]
+            self.drafted[token.cls] += 1
+            self.drafted_by_kind[token.kind] = self.drafted_by_kind.get(token.kind, 0) + 1
+            if j < accepted:
+                self.accepted[token.cls] += 1
+                self.accepted_by_kind[token.kind] = self.accepted_by_kind.get(token.kind, 0) + 1
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -122,6 +159,8 @@ class GroundTruth:
             "drafted": dict(self.drafted),
             "accepted": dict(self.accepted),
             "steps": dict(self.steps),
+            "acceptance_rate_by_kind": {k: self.accepted_by_kind[k] / n if n else None
+                                        for k, n in self.drafted_by_kind.items()},
         }
 
 
@@ -139,7 +178,9 @@ class Engine:
         self.max_num_seqs = max_num_seqs
         self.time_scale = time_scale
         self.metrics = metrics
-        self.kv_capacity = profile.kv_capacity_tokens_spec if spec else profile.kv_capacity_tokens
+        self.kv_capacity = profile.kv_capacity_tokens(spec.method if spec else None)
+        self.method = spec.method if spec else None
+        self.model_drafter = spec is not None and profile.drafter(spec.method).shape is not None
         self.kv_used = 0
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
@@ -150,12 +191,7 @@ class Engine:
         self.busy_seconds = 0.0
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-
-    @property
-    def draft_cost(self) -> float:
-        if self.spec is None:
-            return 0.0
-        return self.profile.draft_cost_ngram if self.spec.method in ("ngram", "suffix") else self.profile.draft_cost
+        self._idle_since: float | None = None  # wall time the engine went idle
 
     # ------------------------------------------------------------ lifecycle
 
@@ -176,9 +212,16 @@ class Engine:
                 f"This model's maximum context length is {self.kv_capacity} tokens; the request needs "
                 f"{seq.prompt_len + len(seq.output)}"
             )
+        seq.arrived_at = self.clock()
         self.waiting.append(seq)
         self._update_gauges()
         self._wakeup.set()
+
+    def clock(self) -> float:
+        """Simulated seconds now: the GPU time of the steps run, and idle wall time scaled."""
+        if self._idle_since is None:
+            return self.simulated_seconds
+        return self.simulated_seconds + (time.monotonic() - self._idle_since) / self.time_scale
 
     def abort(self, seq: Sequence) -> None:
         seq.aborted = True
@@ -196,7 +239,10 @@ class Engine:
             self._drop_aborted()
             if not self.running and not self.waiting:
                 self._wakeup.clear()
+                self._idle_since = time.monotonic()
                 await self._wakeup.wait()
+                self.simulated_seconds = self.clock()
+                self._idle_since = None
                 anchor_wall, anchor_sim = loop.time(), self.simulated_seconds
                 continue
             admitted = self._admit()
@@ -208,7 +254,13 @@ class Engine:
                 continue
             batch = len(self.running)
             depth = self._depth(batch, decoding)
-            seconds = self._prefill_seconds(admitted) + self._decode_seconds(batch, depth, bool(decoding))
+            for seq in decoding:
+                seq.draft_len = self._proposal(seq, depth)
+            step = step_time(self.profile, [*map(self._prefill_work, admitted), *map(self._decode_work, decoding)],
+                             self.method, depth)
+            for seq, charge in zip([*admitted, *decoding], step.charges):
+                seq.gpu_seconds += charge
+            seconds = step.seconds
             self.simulated_seconds += seconds
             self.busy_seconds += seconds
             deadline = anchor_wall + (self.simulated_seconds - anchor_sim) * self.time_scale
@@ -223,7 +275,7 @@ class Engine:
                     self._emit(seq, 1, now)
             for seq in decoding:
                 if not seq.aborted:
-                    self._decode(seq, depth, now)
+                    self._decode(seq, now)
             self._retire()
 
     def _depth(self, batch: int, decoding: list[Sequence]) -> int:
@@ -231,16 +283,23 @@ class Engine:
             return 0
         return max(0, self.spec.depth_at(batch))
 
-    def _prefill_seconds(self, admitted: list[Sequence]) -> float:
-        uncached = sum(s.prompt_len - s.cached_tokens for s in admitted)
-        ratio = 1.0 + (self.profile.draft_prefill_ratio if self.spec and self.spec.method == "draft_model" else 0.0)
-        return uncached * self.profile.prefill_seconds_per_token * ratio
+    def _prefill_work(self, seq: Sequence) -> Work:
+        uncached = seq.prompt_len - seq.cached_tokens
+        return Work(seq.cached_tokens, uncached, draft_prefill=uncached if self.model_drafter else 0)
 
-    def _decode_seconds(self, batch: int, depth: int, any_decoding: bool) -> float:
-        if not any_decoding:
-            return 0.0
-        c_t = self.profile.target_pass_seconds(batch)
-        return c_t * (1.0 + depth * self.profile.delta(batch)) + depth * self.draft_cost * c_t
+    def _decode_work(self, seq: Sequence) -> Work:
+        return Work(seq.prompt_len + seq.emitted, 1 + seq.draft_len, seq.draft_len)
+
+    def _proposal(self, seq: Sequence, depth: int) -> int:
+        """Draft tokens proposed for ``seq`` this step: ``depth`` from a model drafter; from a
+        lookup, only inside a span the output copies from the prompt (it has nothing to match
+        elsewhere), and never past the answer's end."""
+        room = len(seq.output) - seq.emitted - 1
+        if not seq.speculate or seq.positions is None or depth <= 0 or room <= 0:
+            return 0
+        if not self.model_drafter and not (seq.emitted > 0 and seq.positions.copied[seq.emitted - 1]):
+            return 0
+        return min(depth, room)
 
     def _admit(self) -> list[Sequence]:
         admitted = []
@@ -272,22 +331,16 @@ class Engine:
         # vLLM always recomputes the last prompt token to produce logits
         return min(hits * self.profile.block_size, max(0, seq.prompt_len - 1))
 
-    def _decode(self, seq: Sequence, depth: int, now: float) -> None:
-        remaining = len(seq.output) - seq.emitted
-        draft_len = min(depth, remaining - 1) if seq.speculate else 0
+    def _decode(self, seq: Sequence, now: float) -> None:
+        draft_len = seq.draft_len
         if draft_len <= 0 or seq.positions is None:
             self._emit(seq, 1, now)
             return
         accepted = 0
-        while accepted < draft_len and seq.positions.accepts(seq.emitted + accepted, seq.temperature):
+        right = seq.positions.accepts if self.model_drafter else lambda i, _t: bool(seq.positions.copied[i])
+        while accepted < draft_len and right(seq.emitted + accepted, seq.temperature):
             accepted += 1
-        cls = seq.output[seq.emitted].cls
-        self.truth.steps[cls] += 1
-        for j in range(draft_len):
-            position_cls = seq.output[seq.emitted + j].cls
-            self.truth.drafted[position_cls] += 1
-            if j < accepted:
-                self.truth.accepted[position_cls] += 1
+        self.truth.record(seq.output, seq.emitted, draft_len, accepted)
         seq.spec.record(draft_len, accepted)
         self.metrics.record_spec_step(draft_len, accepted)
         self._emit(seq, accepted + 1, now)
@@ -298,6 +351,10 @@ class Engine:
         if end <= start:
             return
         seq.emitted = end
+        simulated = self.simulated_seconds
+        if seq.first_token_sim is None:
+            seq.first_token_sim = simulated
+        seq.last_token_sim = simulated
         if seq.first_token_at is None:
             seq.first_token_at = now
             self.metrics.ttft.observe(now - seq.arrival)

@@ -1,7 +1,14 @@
-"""Engine parameters of an emulated server, with defaults for a 32B target on an H200.
+"""What an emulated server is: the GPU, the target, its drafters, and how predictable output is.
 
-A profile is data (YAML-loadable) so a test can draw every parameter at random
-from a seed: nothing downstream should be tuned to one setting.
+Every constant is a hardware or model fact with its source beside it, or an
+assumption said to be one. Nothing here comes from the gate: the gate's
+``c_T(b)``, ``delta(b)`` and ``d`` are approximations of what these facts imply,
+which calibration has to find by measuring. ``EngineProfile.random(seed)``
+draws the uncertain figures (efficiencies, overheads, predictability,
+alignment) around their values, so nothing is tuned to one setting; the facts
+(bandwidth, FLOPs, parameter counts, layer shapes) stay as published.
+
+A profile is data (YAML-loadable): ``draftgate emulate --profile FILE``.
 """
 
 from __future__ import annotations
@@ -12,30 +19,94 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from draftgate.policy.calibration import (
-    DEFAULT_PREFILL_SECONDS_PER_TOKEN,
-    DEFAULT_TARGET_PASS_SECONDS,
-    Curve,
-)
 
-
-class ClassEntropy(BaseModel):
-    """Mean next-token entropy of the target, in nats, per output class."""
-
+class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    s: float = Field(0.05, ge=0.0)
-    r: float = Field(0.6, ge=0.0)
-    f: float = Field(1.05, ge=0.0)
 
-    def of(self, name: str) -> float:
-        return float(getattr(self, name))
+class Gpu(_Frozen):
+    """NVIDIA H200 SXM, from NVIDIA's H200 datasheet: 141 GB of HBM3e at 4.8 TB/s,
+    989 TFLOPS dense BF16 (1,979 is the figure with structured sparsity)."""
+
+    name: str = "H200 SXM"
+    memory_bytes: float = 141e9
+    hbm_bytes_per_second: float = 4.8e12
+    bf16_flops: float = 989e12
 
 
-class Lengths(BaseModel):
-    """How long the emulated model's answers are, in tokens (means)."""
+class ModelShape(_Frozen):
+    """What a pass of a model moves and computes. BF16 weights: two bytes a parameter."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    params: float
+    layers: int
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+
+    @property
+    def weight_bytes(self) -> float:
+        return 2.0 * self.params
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """K and V, each ``kv_heads * head_dim`` BF16 values, in every layer."""
+        return 2.0 * self.layers * self.kv_heads * self.head_dim * 2
+
+
+# Qwen3 model cards and config.json: Qwen3-32B has 32.8B parameters, 64 layers, 64 query
+# and 8 KV heads of dimension 128; Qwen3-4B has 4.0B, 36 layers, 32 query and 8 KV heads of 128.
+QWEN3_32B = ModelShape(name="Qwen/Qwen3-32B", params=32.8e9, layers=64, q_heads=64, kv_heads=8, head_dim=128)
+QWEN3_4B = ModelShape(name="Qwen/Qwen3-4B", params=4.0e9, layers=36, q_heads=32, kv_heads=8, head_dim=128)
+# An EAGLE-3 head for a 32B target: one decoder layer at the target's width (5120) plus the
+# LM head over Qwen3's 151,936-token vocabulary, about 0.45B + 0.78B parameters (EAGLE-3
+# paper's architecture; the exact count varies by release). Its KV is one layer's.
+EAGLE3_HEAD = ModelShape(name="EAGLE-3 head", params=1.2e9, layers=1, q_heads=64, kv_heads=8, head_dim=128)
+
+
+class Drafter(_Frozen):
+    """One speculation method: what proposing a token costs, and how often it is right."""
+
+    shape: ModelShape | None = Field(None, description="a drafting model; None for a lookup (ngram, suffix)")
+    bandwidth_efficiency: float = Field(0.5, gt=0, le=1, description="a small model's kernels use HBM worse")
+    pass_overhead_seconds: float = Field(0.0004, ge=0, description="launch cost of one draft pass, or one lookup")
+    attention_heads: int | None = None
+    misalignment: float = Field(1.0, ge=0, description="sd of the drafter's logit noise against the target's")
+
+
+class Efficiency(_Frozen):
+    """How much of the GPU's peak a serving engine gets, and its fixed costs. Assumptions,
+    in the ranges vLLM's own profiling reports: large-GEMV decode at 75-85% of HBM peak,
+    prefill GEMMs at 50-65% of BF16 peak, 1-2 ms of scheduling and sampling a step."""
+
+    target_bandwidth: float = Field(0.8, gt=0, le=1)
+    compute: float = Field(0.6, gt=0, le=1)
+    step_overhead_seconds: float = Field(0.0015, ge=0)
+    spec_round_overhead_seconds: float = Field(0.0005, ge=0, description="proposer bookkeeping, rejection sampler")
+    memory_utilization: float = Field(0.9, gt=0, le=1, description="vLLM's --gpu-memory-utilization default")
+    activation_reserve_bytes: float = Field(4e9, ge=0)
+
+
+# Mean next-token entropy of the target, nats, by what the token is. Published figures
+# are scarce and named where used (docs/emulator.md): under a grammar the JSON syntax and
+# the keys of a schema are forced or nearly so; a value the prompt states is copied; free
+# text inside a string is as open as prose; reasoning is more predictable than chat prose
+# (it restates the question and follows set phrasings); code sits between.
+DEFAULT_ENTROPY = {
+    "syntax": 0.03,  # JSON punctuation and keys
+    "enum": 0.25,  # a choice among a schema's listed values
+    "number": 0.6,
+    "copied": 0.08,  # a value the prompt states (a city, a path, an id)
+    "text": 1.1,  # free text inside a string value (a message body, a file's content)
+    "reasoning": 0.7,
+    "prose": 1.1,
+    "code": 0.55,
+}
+KINDS = tuple(DEFAULT_ENTROPY)
+
+
+class Lengths(_Frozen):
+    """How long the emulated model's answers are, in tokens (means), where the request does not fix it."""
 
     prose: float = 150.0
     prose_after_tool: float = 70.0
@@ -43,45 +114,62 @@ class Lengths(BaseModel):
     reasoning_low: float = 250.0
     reasoning_medium: float = 800.0
     reasoning_high: float = 2200.0
+    free_text_value: float = 90.0  # a message body or a file's content inside a tool call
     spread: float = Field(0.35, ge=0.0, le=2.0, description="sd of log-length")
 
 
-class EngineProfile(BaseModel):
+class EngineProfile(_Frozen):
     """Everything that decides timing, capacity and acceptance of one server."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    # Cost model: round time = c_T(b) * (1 + K*delta(b)) + K*d*c_T(b).
-    target_pass_seconds: Curve = Curve(points=DEFAULT_TARGET_PASS_SECONDS)
-    delta: Curve = Curve(points=[(1, 0.01), (8, 0.03), (16, 0.06), (32, 0.15), (64, 0.35), (128, 0.7), (256, 1.4)])
-    draft_cost: float = Field(0.25, ge=0.0, description="draft pass time relative to the target's (draft_model)")
-    draft_cost_ngram: float = Field(0.01, ge=0.0, description="the same for ngram / suffix drafters")
-    prefill_seconds_per_token: float = Field(DEFAULT_PREFILL_SECONDS_PER_TOKEN, ge=0.0)
-    draft_prefill_ratio: float = Field(0.15, ge=0.0, description="draft model prefill, relative to the target's")
-    # Capacity: Qwen3-32B BF16 on 141 GB leaves ~60 GB of KV at ~256 KB/token; the draft's
-    # weights (8 GB) and its own KV take a speculation server down to about half.
-    kv_capacity_tokens: int = Field(230_000, ge=1024)
-    kv_capacity_tokens_spec: int = Field(125_000, ge=1024)
+    gpu: Gpu = Gpu()
+    target: ModelShape = QWEN3_32B
+    drafters: dict[str, Drafter] = Field(default_factory=lambda: {
+        "draft_model": Drafter(shape=QWEN3_4B, bandwidth_efficiency=0.5, misalignment=1.0),
+        # EAGLE-style heads see the target's hidden states: better aligned than a separate model
+        "eagle": Drafter(shape=EAGLE3_HEAD, bandwidth_efficiency=0.45, misalignment=0.8),
+        # a prompt lookup proposes only where the output copies the prompt, and is then right
+        "ngram": Drafter(shape=None, pass_overhead_seconds=0.0001, misalignment=0.0),
+    })
+    efficiency: Efficiency = Efficiency()
     block_size: int = Field(16, ge=1)
     max_num_seqs: int = Field(256, ge=1)
     # Acceptance: emerges from target and draft distributions, never from the law.
-    entropy: ClassEntropy = ClassEntropy()
-    entropy_spread: float = Field(0.6, ge=0.0, description="sd of log-entropy within a class")
+    entropy: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_ENTROPY))
+    entropy_spread: float = Field(0.6, ge=0.0, description="sd of log-entropy along a span")
     entropy_correlation: float = Field(0.9, ge=0.0, lt=1.0, description="AR(1) coefficient along a span")
-    draft_misalignment: float = Field(1.3, ge=0.0, description="sd of the draft's logit noise")
     candidates: int = Field(16, ge=2, le=256, description="vocabulary slice each position is drawn over")
+    copy_fidelity: float = Field(0.95, ge=0, le=1, description="share of a copied span a lookup drafter gets right")
     # Behaviour.
     lengths: Lengths = Lengths()
     auto_call_probability: float = Field(0.8, ge=0.0, le=1.0)
     auto_call_probability_after_tool: float = Field(0.4, ge=0.0, le=1.0)
-    thinking_by_default: bool = False
+    thinking_by_default: bool = Field(False, description="Qwen3's template thinks unless told enable_thinking: "
+                                      "false; off here until the gate's own default follows it")
     speculation_blocked_by: list[str] = Field(
         default_factory=lambda: ["penalties", "min_p", "logprobs"],
         description="sampling settings run without speculation (older V1 engines); [] as in vLLM 0.33",
     )
     generation_defaults: dict[str, float] = Field(
-        default_factory=lambda: {"temperature": 0.6, "top_p": 0.95, "top_k": 20}
+        default_factory=lambda: {"temperature": 0.6, "top_p": 0.95, "top_k": 20}  # Qwen3's generation_config.json
     )
+
+    def drafter(self, method: str) -> Drafter:
+        """The drafter behind a ``--speculative-config`` method (eagle3 and mtp draft as EAGLE heads,
+        suffix as a lookup)."""
+        family = {"eagle3": "eagle", "mtp": "eagle", "medusa": "eagle", "suffix": "ngram"}.get(method, method)
+        return self.drafters.get(family) or self.drafters["draft_model"]
+
+    def kv_capacity_tokens(self, method: str | None) -> int:
+        """KV tokens the server holds: memory under the utilisation cap, less weights and a
+        reserve for activations, over the KV bytes a token takes (the draft model's too)."""
+        free = self.gpu.memory_bytes * self.efficiency.memory_utilization - self.efficiency.activation_reserve_bytes
+        free -= self.target.weight_bytes
+        per_token = self.target.kv_bytes_per_token
+        shape = self.drafter(method).shape if method else None
+        if shape is not None:
+            free -= shape.weight_bytes
+            per_token += shape.kv_bytes_per_token
+        return max(1024, int(free / per_token))
 
     @classmethod
     def load(cls, path: str | Path) -> EngineProfile:
@@ -89,25 +177,28 @@ class EngineProfile(BaseModel):
 
     @classmethod
     def random(cls, seed: int) -> EngineProfile:
-        """A plausible H200-class profile with every parameter drawn from ``seed``."""
+        """The uncertain figures drawn around their values from ``seed``; the facts kept."""
         rng = random.Random(seed)
-        base_pass = rng.uniform(0.012, 0.024)
-        growth = rng.uniform(1.5, 3.5)
-        passes = [(b, base_pass * (1 + (growth - 1) * (b / 256) ** 1.2)) for b in (1, 8, 32, 64, 128, 256)]
-        knee = rng.uniform(20, 60)
-        deltas = [(b, rng.uniform(0.005, 0.02) + 0.35 * (b / knee) ** 1.3) for b in (1, 8, 16, 32, 64, 128, 256)]
+        base = cls()
+
+        def around(value: float, spread: float = 0.25) -> float:
+            return value * rng.lognormvariate(0.0, spread)
+
+        drafters = {name: d.model_copy(update={
+            "bandwidth_efficiency": min(1.0, around(d.bandwidth_efficiency, 0.15)),
+            "pass_overhead_seconds": around(d.pass_overhead_seconds, 0.3),
+            "misalignment": around(d.misalignment, 0.2)}) for name, d in base.drafters.items()}
+        efficiency = base.efficiency.model_copy(update={
+            "target_bandwidth": min(0.95, around(0.8, 0.06)), "compute": min(0.8, around(0.6, 0.12)),
+            "step_overhead_seconds": around(0.0015, 0.3), "spec_round_overhead_seconds": around(0.0005, 0.3)})
         return cls(
-            target_pass_seconds=Curve(points=passes),
-            delta=Curve(points=deltas),
-            draft_cost=rng.uniform(0.12, 0.3),
-            prefill_seconds_per_token=rng.uniform(0.6e-4, 1.6e-4),
-            draft_prefill_ratio=rng.uniform(0.1, 0.2),
-            kv_capacity_tokens=rng.randrange(150_000, 300_000),
-            kv_capacity_tokens_spec=rng.randrange(80_000, 150_000),
-            entropy=ClassEntropy(s=rng.uniform(0.02, 0.12), r=rng.uniform(0.4, 0.8), f=rng.uniform(0.8, 1.4)),
+            drafters=drafters,
+            efficiency=efficiency,
+            entropy={kind: around(value, 0.3) for kind, value in DEFAULT_ENTROPY.items()},
             entropy_spread=rng.uniform(0.3, 0.8),
             entropy_correlation=rng.uniform(0.7, 0.95),
-            draft_misalignment=rng.uniform(0.9, 1.7),
-            lengths=Lengths(prose=rng.uniform(90, 220), prose_after_tool=rng.uniform(40, 100)),
+            copy_fidelity=rng.uniform(0.85, 0.98),
+            lengths=Lengths(prose=rng.uniform(90, 220), prose_after_tool=rng.uniform(40, 100),
+                            free_text_value=rng.uniform(60, 140)),
             auto_call_probability=rng.uniform(0.6, 0.9),
         )

@@ -3,7 +3,7 @@
 vLLM validates a body into a pydantic model in lax mode, so ``"stream": "true"``
 streams there, ``"max_tokens": "40"`` caps at 40, and a temperature of
 ``"hot"`` is refused with a 400. The emulator types a body the same way, through
-the readers the proxy uses (``draftgate.policy.vllm_fields``), then checks ranges on the
+its own lax readers (``vllm_request``), then checks ranges on the
 typed values: a test of the proxy sees what vLLM would do with such a request.
 """
 
@@ -13,8 +13,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from draftgate.policy.structure.constraints import CONSTRAINT_KINDS
-from draftgate.policy.vllm_fields import as_bool, as_float, as_int, is_thinking_budget
+from draftgate.emulator.vllm_request import CONSTRAINT_FIELDS, as_bool, as_float, as_int, is_thinking_budget
 
 
 class BadRequest(Exception):
@@ -99,7 +98,7 @@ def check_structured_outputs(body: dict[str, Any]) -> None:
         return
     if not isinstance(structured, dict):
         raise BadRequest("structured_outputs must be an object", param="structured_outputs")
-    count = sum(structured.get(kind) is not None for kind in CONSTRAINT_KINDS)
+    count = sum(structured.get(kind) is not None for kind in CONSTRAINT_FIELDS)
     if count != 1:
         raise BadRequest("You can only use one kind of structured outputs constraint but multiple are specified"
                          if count else "You must use one kind of structured outputs constraint but none are specified",

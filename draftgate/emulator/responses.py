@@ -8,7 +8,7 @@ memory of the server that made it, and only that server can retrieve it
 ``store: true`` is silently dropped, as vLLM drops it.
 
 The request is generated as the chat completion it amounts to
-(``draftgate.policy.structure.responses_api.chat_view``), so tools, JSON formats and
+(``vllm_request.responses_as_chat``), so tools, JSON formats and
 reasoning shape the output as they do on chat; the answer has vLLM's shapes:
 the response object with message, reasoning and function-call items, the named
 SSE events of a stream, and background mode (queued at once, finished by the
@@ -36,8 +36,7 @@ from draftgate.emulator.request_fields import (
     typed,
 )
 from draftgate.emulator.response_events import LiveItems, Numbered, opened, replayed
-from draftgate.policy.structure.responses_api import chat_view
-from draftgate.policy.vllm_fields import as_bool
+from draftgate.emulator.vllm_request import as_bool, responses_as_chat
 
 if TYPE_CHECKING:
     from draftgate.emulator.app import Emulator
@@ -149,7 +148,7 @@ class Responses:
         previous = body.get("previous_response_id")
         if previous is not None and previous not in self.history:
             return _not_found(str(previous))
-        chat = chat_view(body)
+        chat = responses_as_chat(body)
         messages = chat["messages"] = (self.history[previous] if previous is not None else []) + chat["messages"]
         try:
             seqs, gens, prompt_len = self.emulator._sequences(chat, "chat")

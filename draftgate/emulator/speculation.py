@@ -1,12 +1,15 @@
 """Speculation simulated position by position, so acceptance emerges.
 
 Each output position gets a target distribution over a slice of the
-vocabulary whose entropy depends on its class and drifts along the span
-(AR(1) on log-entropy: predictability is correlated, as in real text). The
-draft's logits are the target's plus noise of a configurable size. Draft
-tokens are accepted by the standard rule: at temperature 0 when the draft's
-argmax is the target's; above it (greedy drafts) with the target's tempered
-probability of the draft token. Nothing here knows the Draft Law.
+vocabulary whose entropy depends on the token's kind (JSON syntax, an enum
+value, a copied value, free text, prose, code ...) and drifts along the
+sequence (AR(1) on log-entropy: predictability is correlated, as in real text).
+A model drafter's logits are the target's plus noise whose size is the
+drafter's misalignment. Draft tokens are accepted by the standard rule: at
+temperature 0 when the draft's argmax is the target's; above it (greedy
+drafts) with the target's tempered probability of the draft token. A lookup
+drafter (ngram, suffix) proposes only where the output copies the prompt.
+Nothing here knows the Draft Law.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ class PositionModel:
     accept_greedy: np.ndarray  # (N,) bool: draft argmax equals target argmax
     accept_prob_sampled: np.ndarray  # (N,) target's tempered probability of the draft token
     uniforms: np.ndarray  # (N,) draws that decide sampled acceptance
+    copied: np.ndarray  # (N,) bool: the token copies the prompt, and a lookup drafter gets it right
 
     def accepts(self, position: int, temperature: float) -> bool:
         if temperature <= 1e-5:
@@ -52,14 +56,14 @@ class PositionModel:
 
 
 def position_model(
-    classes: list[str], profile: EngineProfile, temperature: float, rng: np.random.Generator
+    kinds: list[str], profile: EngineProfile, temperature: float, rng: np.random.Generator, misalignment: float
 ) -> PositionModel:
-    """Draw the target and draft distributions for a sequence of output classes."""
-    n, k = len(classes), profile.candidates
+    """Draw the target and draft distributions for a sequence of output token kinds."""
+    n, k = len(kinds), profile.candidates
     table = _TABLES.get(k)
     if table is None:
         table = _TABLES[k] = _entropy_table(k)
-    means = np.log(np.maximum([profile.entropy.of(c) for c in classes], 1e-4))
+    means = np.log(np.maximum([profile.entropy.get(kind, profile.entropy["prose"]) for kind in kinds], 1e-4))
     noise = rng.standard_normal(n) * profile.entropy_spread
     # AR(1) along the sequence, scaled to keep the marginal spread as configured
     phi = profile.entropy_correlation
@@ -74,7 +78,7 @@ def position_model(
     j = np.arange(k)
     logits = np.outer(np.log(r), j)
     logprobs = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
-    draft = logits + rng.standard_normal((n, k)) * profile.draft_misalignment
+    draft = logits + rng.standard_normal((n, k)) * misalignment
     draft_top = draft.argmax(axis=1)
     greedy = draft_top == 0
     if temperature > 1e-5:
@@ -83,4 +87,5 @@ def position_model(
         sampled = np.exp(tempered[np.arange(n), draft_top])
     else:
         sampled = greedy.astype(float)
-    return PositionModel(logprobs, greedy, sampled, rng.random(n))
+    copied = np.array([kind == "copied" for kind in kinds], dtype=bool) & (rng.random(n) < profile.copy_fidelity)
+    return PositionModel(logprobs, greedy, sampled, rng.random(n), copied)

@@ -2,8 +2,15 @@
 
 Tool calls whose arguments validate against the tool's schema, JSON that
 validates against a response format, reasoning before the answer when
-thinking is on, prose otherwise. Deterministic per request at temperature 0,
-and independent of the server's speculation settings: speculation is lossless.
+thinking is on, prose (or code, when asked for it) otherwise. Deterministic per
+request at temperature 0, and independent of the server's speculation settings:
+speculation is lossless.
+
+Every token carries its kind (``profile.KINDS``): what makes it more or less
+predictable. JSON syntax and keys, an enumerated value, a number, a value
+copied from the prompt, free text inside a string (a message body, a file's
+content), reasoning, prose, code. A tool call is schema-bound as a whole (its
+class is S), but only as predictable as what its arguments are made of.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from typing import Any
 from draftgate.emulator.profile import EngineProfile
 from draftgate.emulator.regexgen import sample_regex
 from draftgate.emulator.tokens import tokenize
-from draftgate.policy.structure.constraints import named_function, structured_constraint
+from draftgate.emulator.vllm_request import forced_function, output_constraint
 
 _WORDS = (
     "the of and to in is that it for on with as was at by this from are be or have an not which "
@@ -43,9 +50,10 @@ _REASONING_OPENERS = ("Okay, let me think about this.", "Let me work through the
 @dataclass
 class OutputToken:
     text: str
-    cls: str  # "s", "r" or "f"
+    cls: str  # "s", "r" or "f": where the answer puts it, as a client measures it
     channel: str  # "reasoning", "content", "tool_name", "tool_args"
     call: int = -1
+    kind: str = "prose"  # what decides its predictability (profile.KINDS)
 
 
 @dataclass
@@ -60,8 +68,58 @@ class Generated:
     tokens: list[OutputToken] = field(default_factory=list)
     calls: list[ToolCall] = field(default_factory=list)
 
-    def add(self, text: str, cls: str, channel: str, call: int = -1) -> None:
-        self.tokens.extend(OutputToken(t, cls, channel, call) for t in tokenize(text))
+    def add(self, text: str, cls: str, channel: str, call: int = -1, kind: str = "prose") -> None:
+        self.tokens.extend(OutputToken(t, cls, channel, call, kind) for t in tokenize(text))
+
+    def add_json(self, value: Any, channel: str, call: int = -1) -> str:
+        """``value`` as ``json.dumps`` writes it, each piece tokenized with its kind; the text."""
+        pieces: list[tuple[str, str]] = []
+        _json_pieces(value, pieces)
+        text = "".join(piece for piece, _ in pieces)
+        kind_at = [kind for piece, kind in pieces for _ in piece]  # one per character
+        offset = 0
+        for token in tokenize(text):  # the whole text at once, so counts match the answer's
+            lead = len(token) - len(token.lstrip())
+            self.tokens.append(OutputToken(token, "s", channel, call, kind_at[min(offset + lead, len(text) - 1)]))
+            offset += len(token)
+        return text
+
+
+class Copied(str):
+    """A string value the model copies from the prompt."""
+
+
+class FreeText(str):
+    """A string value the model writes freely (a message body, a file's content)."""
+
+
+class Chosen(str):
+    """A string value picked from a schema's enumeration."""
+
+
+def _json_pieces(value: Any, out: list[tuple[str, str]]) -> None:
+    if isinstance(value, dict):
+        out.append(("{", "syntax"))
+        for i, (key, item) in enumerate(value.items()):
+            out.append(((", " if i else "") + json.dumps(str(key)) + ": ", "syntax"))
+            _json_pieces(item, out)
+        out.append(("}", "syntax"))
+    elif isinstance(value, list):
+        out.append(("[", "syntax"))
+        for i, item in enumerate(value):
+            if i:
+                out.append((", ", "syntax"))
+            _json_pieces(item, out)
+        out.append(("]", "syntax"))
+    elif isinstance(value, str):
+        kind = ("copied" if isinstance(value, Copied) else "text" if isinstance(value, FreeText)
+                else "enum" if isinstance(value, Chosen) else "copied")
+        quoted = json.dumps(str(value))
+        out += [('"', "syntax"), (quoted[1:-1], kind), ('"', "syntax")]
+    elif isinstance(value, bool) or value is None:
+        out.append((json.dumps(value), "enum"))
+    else:
+        out.append((json.dumps(value), "number"))
 
 
 def request_digest(body: dict[str, Any], extra: str = "") -> int:
@@ -77,27 +135,33 @@ def generate(body: dict[str, Any], profile: EngineProfile, rng: random.Random, e
     context_words = _context_words(messages, body.get("prompt"))
     if endpoint == "chat" and _thinking(body, profile):
         _reasoning(out, body, profile, rng, context_words)
-    structured = _structured_content(body, rng, context_words)
-    if structured is not None:
-        out.add(structured, "s", "content")
+    if _structured_content(out, body, rng, context_words):
         return out
     tools = body.get("tools") if endpoint == "chat" and isinstance(body.get("tools"), list) else []
     chosen = _choose_calls(body, tools, messages, profile, rng)
     if chosen:
         # a named function's grammar is its parameters: the model writes the arguments, the server the name
-        named = named_function(body.get("tool_choice")) is not None
+        named = forced_function(body.get("tool_choice")) is not None
         for i, tool in enumerate(chosen):
             fn = tool["function"]
-            args = json.dumps(_instance(fn.get("parameters") or {"type": "object"}, rng, context_words, fn.get("parameters")))
             call_id = f"chatcmpl-tool-{rng.getrandbits(64):016x}"
-            out.calls.append(ToolCall(call_id, fn["name"], args))
             if not named:
-                out.tokens.append(OutputToken(fn["name"], "s", "tool_name", i))
-            out.add(args, "s", "tool_args", i)
+                out.tokens.append(OutputToken(fn["name"], "s", "tool_name", i, "enum"))
+            value = _instance(fn.get("parameters") or {"type": "object"}, rng, context_words, fn.get("parameters"),
+                              profile=profile)
+            out.calls.append(ToolCall(call_id, fn["name"], out.add_json(value, "tool_args", i)))
         return out
     after_tool = bool(messages) and isinstance(messages[-1], dict) and messages[-1].get("role") == "tool"
     mean = profile.lengths.prose_after_tool if after_tool else profile.lengths.prose
-    out.add(_sentences(rng, _length(rng, mean, profile), context_words), "f", "content")
+    length = _length(rng, mean, profile)
+    if body.get("ignore_eos") is True and isinstance(body.get("max_tokens"), int):
+        length = body["max_tokens"]  # as vLLM's serving benchmark replays a dataset's answer lengths
+    if _asks_for_code(messages, body.get("prompt")):
+        intro = max(4, length // 5)
+        out.add(_sentences(rng, intro, context_words), "f", "content", kind="prose")
+        out.add(_code(rng, length - intro), "f", "content", kind="code")
+    else:
+        out.add(_sentences(rng, length, context_words), "f", "content")
     return out
 
 
@@ -119,40 +183,49 @@ def _reasoning(out: Generated, body: dict[str, Any], profile: EngineProfile, rng
     effort = body.get("reasoning_effort")
     mean = getattr(profile.lengths, f"reasoning_{effort}", None) if effort in ("low", "medium", "high") else None
     n = _length(rng, mean or profile.lengths.reasoning_default, profile)
-    out.add(rng.choice(_REASONING_OPENERS) + _sentences(rng, n, words), "r", "reasoning")
+    out.add(rng.choice(_REASONING_OPENERS) + _sentences(rng, n, words), "r", "reasoning", kind="reasoning")
     budget = body.get("thinking_token_budget")  # checked with the request: a whole number from -1
     if isinstance(budget, int) and budget >= 0:
         del out.tokens[budget:]  # vLLM ends the reasoning there; nothing but reasoning is out yet
 
 
-def _structured_content(body: dict[str, Any], rng: random.Random, words: list[str]) -> str | None:
+def _structured_content(out: Generated, body: dict[str, Any], rng: random.Random, words: list[str]) -> bool:
+    """Content under a JSON format or a grammar, added to ``out``; False when there is no constraint."""
     so = body.get("structured_outputs")
-    constraint = structured_constraint(so) if isinstance(so, dict) else None
+    constraint = output_constraint(so) if isinstance(so, dict) else None
+    schema: Any = None
     if constraint is not None:  # the request's check has made sure there is exactly one
         kind, value = constraint
         if kind == "json":
             schema = value if isinstance(value, dict) else json.loads(value)
-            return json.dumps(_instance(schema, rng, words, schema))
-        if kind == "json_object":
-            return _json_object(rng, words)
-        if kind == "choice" and isinstance(value, list) and value:
-            return str(rng.choice(value))
-        if kind == "regex" and isinstance(value, str):
-            return sample_regex(value, rng)
-        return "grammar output"  # EBNF and structural tags are not sampled; documented limitation
+        elif kind == "json_object":
+            out.add_json(_json_object(rng, words), "content")
+            return True
+        elif kind == "choice" and isinstance(value, list) and value:
+            out.add(str(rng.choice(value)), "s", "content", kind="enum")
+            return True
+        elif kind == "regex" and isinstance(value, str):
+            out.add(sample_regex(value, rng), "s", "content", kind="number")
+            return True
+        else:
+            out.add("grammar output", "s", "content", kind="syntax")  # EBNF and structural tags are not sampled
+            return True
     fmt = body.get("response_format")
-    if isinstance(fmt, dict):
+    if schema is None and isinstance(fmt, dict):
         if fmt.get("type") == "json_schema":
             spec = fmt.get("json_schema") if isinstance(fmt.get("json_schema"), dict) else {}
             schema = spec.get("schema") if isinstance(spec.get("schema"), dict) else {"type": "object"}
-            return json.dumps(_instance(schema, rng, words, schema))
-        if fmt.get("type") == "json_object":
-            return _json_object(rng, words)
-    return None
+        elif fmt.get("type") == "json_object":
+            out.add_json(_json_object(rng, words), "content")
+            return True
+    if schema is None:
+        return False
+    out.add_json(_instance(schema, rng, words, schema), "content")
+    return True
 
 
-def _json_object(rng: random.Random, words: list[str]) -> str:
-    return json.dumps({"answer": " ".join(rng.choice(words or _WORDS) for _ in range(3)), "confidence": 0.9})
+def _json_object(rng: random.Random, words: list[str]) -> dict[str, Any]:
+    return {"answer": FreeText(" ".join(rng.choice(words or _WORDS) for _ in range(3))), "confidence": 0.9}
 
 
 def _choose_calls(body: dict[str, Any], tools: list[Any], messages: list[Any], profile: EngineProfile,
@@ -183,8 +256,10 @@ def _choose_calls(body: dict[str, Any], tools: list[Any], messages: list[Any], p
     return [rng.choice(usable) for _ in range(calls)]
 
 
-def _instance(schema: Any, rng: random.Random, words: list[str], root: Any, depth: int = 0) -> Any:
-    """A value that validates against ``schema`` (the subset tool schemas use)."""
+def _instance(schema: Any, rng: random.Random, words: list[str], root: Any, depth: int = 0, name: str = "",
+              profile: EngineProfile | None = None) -> Any:
+    """A value that validates against ``schema`` (the subset tool schemas use); ``name`` is
+    the property it fills, which says whether a string is copied or written freely."""
     if not isinstance(schema, dict) or depth > 12:
         return "x"
     if "$ref" in schema and isinstance(schema["$ref"], str) and schema["$ref"].startswith("#"):
@@ -192,18 +267,19 @@ def _instance(schema: Any, rng: random.Random, words: list[str], root: Any, dept
         for part in schema["$ref"][1:].split("/"):
             if part:
                 target = target.get(part) if isinstance(target, dict) else None
-        return _instance(target, rng, words, root, depth + 1)
+        return _instance(target, rng, words, root, depth + 1, name, profile)
     if "const" in schema:
         return schema["const"]
     if isinstance(schema.get("enum"), list) and schema["enum"]:
-        return rng.choice(schema["enum"])
+        picked = rng.choice(schema["enum"])
+        return Chosen(picked) if isinstance(picked, str) else picked
     for key in ("anyOf", "oneOf"):
         if isinstance(schema.get(key), list) and schema[key]:
-            return _instance(schema[key][0], rng, words, root, depth + 1)
+            return _instance(schema[key][0], rng, words, root, depth + 1, name, profile)
     if isinstance(schema.get("allOf"), list) and schema["allOf"]:
         merged: dict[str, Any] = {}
         for part in schema["allOf"]:
-            value = _instance(part, rng, words, root, depth + 1)
+            value = _instance(part, rng, words, root, depth + 1, name, profile)
             if isinstance(value, dict):
                 merged.update(value)
         return merged
@@ -216,15 +292,15 @@ def _instance(schema: Any, rng: random.Random, words: list[str], root: Any, dept
         props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
         required = schema.get("required") if isinstance(schema.get("required"), list) else []
         out = {}
-        for name, sub in props.items():
-            if name in required or rng.random() < 0.3:
-                out[name] = _instance(sub, rng, words, root, depth + 1)
+        for prop, sub in props.items():
+            if prop in required or rng.random() < 0.3:
+                out[prop] = _instance(sub, rng, words, root, depth + 1, prop, profile)
         return out
     if kind == "array":
         lo = int(_bound(schema.get("minItems"), 1, 0, _MAX_ITEMS))
         hi = int(_bound(schema.get("maxItems"), max(lo, 3), 0, _MAX_ITEMS))
         items = schema.get("items", {})
-        return [_instance(items, rng, words, root, depth + 1) for _ in range(rng.randint(lo, max(lo, hi)))]
+        return [_instance(items, rng, words, root, depth + 1, name, profile) for _ in range(rng.randint(lo, max(lo, hi)))]
     if kind == "integer":
         lo = int(_bound(schema.get("minimum"), 0, -_MAX_MAGNITUDE, _MAX_MAGNITUDE))
         hi = int(_bound(schema.get("maximum"), lo + 100, -_MAX_MAGNITUDE, _MAX_MAGNITUDE))
@@ -237,10 +313,16 @@ def _instance(schema: Any, rng: random.Random, words: list[str], root: Any, dept
         return rng.random() < 0.5
     if kind == "null":
         return None
-    return _string(schema, rng, words)
+    return _string(schema, rng, words, name, profile)
 
 
-def _string(schema: dict[str, Any], rng: random.Random, words: list[str]) -> str:
+# a property by one of these names holds what the model writes, not what it copies
+_FREE_TEXT_NAMES = re.compile(r"(content|body|message|text|description|comment|note|summary|reply|prompt|draft)s?$",
+                              re.IGNORECASE)
+
+
+def _string(schema: dict[str, Any], rng: random.Random, words: list[str], name: str = "",
+            profile: EngineProfile | None = None) -> str:
     fmt = schema.get("format")
     if fmt == "date":
         return f"2026-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
@@ -249,15 +331,21 @@ def _string(schema: dict[str, Any], rng: random.Random, words: list[str]) -> str
     if fmt == "email":
         return f"{rng.choice(_WORDS)}@example.com"
     if isinstance(schema.get("pattern"), str):
-        return sample_regex(schema["pattern"], rng)
+        return Chosen(sample_regex(schema["pattern"], rng))
+    lo = int(_bound(schema.get("minLength"), 0, 0, _MAX_STRING))
+    if _FREE_TEXT_NAMES.search(name) or lo > 40:
+        mean = profile.lengths.free_text_value if profile is not None else 90.0
+        text = _sentences(rng, _length(rng, mean, profile) if profile is not None else int(mean), words).strip()
+        if "maxLength" in schema:
+            text = text[:int(_bound(schema["maxLength"], len(text), 0, _MAX_STRING))]
+        return FreeText(text)
     pool = words or _WORDS
     text = " ".join(rng.choice(pool) for _ in range(rng.randint(1, 3)))
-    lo = int(_bound(schema.get("minLength"), 0, 0, _MAX_STRING))
     while len(text) < lo:
         text += " " + rng.choice(_WORDS)
     if "maxLength" in schema:
         text = text[:int(_bound(schema["maxLength"], len(text), 0, _MAX_STRING))]
-    return text
+    return Copied(text) if words else FreeText(text)
 
 
 # A schema may ask for anything (a million items, 1e308, "3"); the output is cut at
@@ -300,3 +388,28 @@ def _sentences(rng: random.Random, tokens: int, context: list[str]) -> str:
         words.append(" " + " ".join(sentence) + ".")
         count += int(n * 1.3) + 1
     return "".join(words)
+
+
+_CODE_REQUEST = re.compile(r"```|\b(code|function|script|python|javascript|sql|implement|bug|class|regex)\b",
+                           re.IGNORECASE)
+
+
+def _asks_for_code(messages: list[Any], prompt: Any) -> bool:
+    last = next((m.get("content") for m in reversed(messages) if isinstance(m, dict) and m.get("role") == "user"),
+                prompt)
+    return isinstance(last, str) and _CODE_REQUEST.search(last) is not None
+
+
+def _code(rng: random.Random, tokens: int) -> str:
+    """A fenced block of about ``tokens`` tokens of Python-like code."""
+    names = ("value", "items", "result", "count", "index", "total", "config", "path", "row", "key")
+    lines = ["\n```python"]
+    count = 0
+    while count < tokens:
+        a, b = rng.choice(names), rng.choice(names)
+        line = rng.choice((f"    {a} = {b}.get({rng.randint(0, 99)})", f"    for {a} in {b}:", f"        {a} += {b}",
+                           f"    if {a} is None:", f"        return {b}", f"def {a}_{b}({b}):"))
+        lines.append(line)
+        count += len(tokenize(line)) + 1
+    lines.append("```")
+    return "\n".join(lines)

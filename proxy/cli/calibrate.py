@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from draftgate.proxy.cli.errors import CliError
+from draftgate.cli_error import CliError
 
 
 def _ints(text: str) -> list[int]:

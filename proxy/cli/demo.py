@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from draftgate.proxy.cli.errors import CliError
+from draftgate.cli_error import CliError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=1, help="emulator profile and workload seed")
     parser.add_argument("--scale", type=float, default=1.0, help="workload size multiplier")
-    parser.add_argument("--out", default="demo-output", help="where the calibration, config and figure go")
+    parser.add_argument("--out", default="demo-output", help="where the calibration, config, verdict and figure go")
     parser.add_argument("--keep-running", action="store_true", help="leave the stack up afterwards")
     parser.add_argument("--spec-on", help="run against a real speculation pool instead of emulators")
     parser.add_argument("--spec-off", help="the real plain pool (with --spec-on)")

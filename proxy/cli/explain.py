@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from draftgate.proxy.cli.errors import CliError
+from draftgate.cli_error import CliError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

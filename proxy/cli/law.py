@@ -126,7 +126,7 @@ def render_table(result: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from draftgate.proxy.cli.errors import CliError
+    from draftgate.cli_error import CliError
 
     try:
         result = evaluate(args.gamma, args.kappa, args.delta, args.draft_cost, args.rho, args.mix)

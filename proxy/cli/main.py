@@ -11,8 +11,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from draftgate.cli_error import CliError
 from draftgate.proxy import __version__
-from draftgate.proxy.cli.errors import CliError
 
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("draftgate.proxy.cli.calibrate", "run the four-arm protocol and write a calibration file"),
     "pools": ("draftgate.proxy.cli.pools", "print (or --run) the two vllm serve command lines"),
     "demo": ("draftgate.proxy.cli.demo", "emulated pools, calibration, a replay: what draftgate is worth"),
+    "evaluate": ("draftgate.proxy.cli.evaluate", "the gate against always-on, always-off, dynamic K and the oracle"),
 }
 
 

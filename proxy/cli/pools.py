@@ -7,7 +7,7 @@ import shlex
 import shutil
 import subprocess
 
-from draftgate.proxy.cli.errors import CliError
+from draftgate.cli_error import CliError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

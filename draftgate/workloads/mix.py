@@ -1,0 +1,99 @@
+"""The evaluation's traffic, from data nobody here wrote, split once into calibration and verdict.
+
+Four kinds of work, each from committed samples of public sets:
+
+- ``tool call``: BFCL v4 single-turn entries (simple, multiple, parallel,
+  parallel-multiple, irrelevance) as BFCL sends them, ``tool_choice`` auto;
+- ``chat``: ShareGPT V3 first turns, each asking for the length its real answer
+  had (``max_tokens`` with ``ignore_eos``, as vLLM's serving benchmark replays it);
+- ``agent session``: BFCL v4 multi-turn entries replayed turn by turn, each
+  request the whole conversation so far (tool results included), so a pool's
+  prefix cache matters as it does for real agents;
+- ``reasoning``: ShareGPT first turns with thinking on.
+
+Every request carries a ``seed``, so its answer is the same on every pool even
+when it samples (speculation is lossless): the per-request oracle compares like
+with like. Which split an item falls in depends on its id alone (a stable
+hash), so calibration never sees a verdict request, whatever the seed.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import zlib
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from draftgate.workloads import BFCL_SAMPLE, SHAREGPT_SAMPLE
+
+MODEL = "Qwen/Qwen3-32B"
+Split = Literal["calibration", "verdict"]
+KINDS = ("tool call", "chat", "agent session", "reasoning")
+# the mix a verdict replays: agent traffic is mostly tool calls and sessions
+WEIGHTS = {"tool call": 4, "agent session": 2, "chat": 3, "reasoning": 1}
+
+
+@dataclass(frozen=True)
+class Item:
+    """One unit of work: a request, or the requests of one session in order."""
+
+    id: str
+    kind: str
+    requests: tuple[dict[str, Any], ...]
+
+
+def split_of(item_id: str) -> Split:
+    """A third of the data calibrates; the rest is only ever used for the verdict."""
+    return "calibration" if zlib.crc32(item_id.encode()) % 3 == 0 else "verdict"
+
+
+def _rows(path: Any) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def items(split: Split) -> dict[str, list[Item]]:
+    """Every item of ``split``, by kind, in a fixed order."""
+    out: dict[str, list[Item]] = {kind: [] for kind in KINDS}
+    for n, row in enumerate(_rows(BFCL_SAMPLE)):
+        if split_of(row["id"]) != split:
+            continue
+        request = dict(row["request"], seed=n)
+        if row["category"] == "multi_turn":
+            out["agent session"].append(Item(row["id"], "agent session", tuple(_turns(request))))
+        else:
+            out["tool call"].append(Item(row["id"], "tool call", (request,)))
+    for n, row in enumerate(_rows(SHAREGPT_SAMPLE)):
+        if split_of(row["id"]) != split:
+            continue
+        messages = [{"role": "user", "content": row["prompt"]}]
+        if n % 4 == 3:  # a quarter of the prompts, thought through first
+            body = {"model": MODEL, "messages": messages, "max_tokens": 2048, "seed": n,
+                    "chat_template_kwargs": {"enable_thinking": True}}
+            out["reasoning"].append(Item(row["id"], "reasoning", (body,)))
+        else:
+            body = {"model": MODEL, "messages": messages, "max_tokens": row["answer_tokens"], "ignore_eos": True,
+                    "seed": n, "chat_template_kwargs": {"enable_thinking": False}}
+            out["chat"].append(Item(row["id"], "chat", (body,)))
+    return out
+
+
+def _turns(request: dict[str, Any]) -> list[dict[str, Any]]:
+    """The session's requests: the conversation up to each user turn (the last is BFCL's own)."""
+    messages = request["messages"]
+    ends = [i + 1 for i, m in enumerate(messages) if m.get("role") == "user"]
+    return [dict(request, messages=messages[:end]) for end in ends]
+
+
+def sample(split: Split, count: int, seed: int) -> list[Item]:
+    """``count`` items of ``split`` drawn by ``WEIGHTS`` (without repeats while any are left)."""
+    rng = random.Random(seed)
+    pools = {kind: rng.sample(found, len(found)) for kind, found in items(split).items() if found}
+    kinds = list(pools)
+    taken = dict.fromkeys(kinds, 0)
+    chosen: list[Item] = []
+    for _ in range(count):
+        kind = rng.choices(kinds, weights=[WEIGHTS[k] for k in kinds])[0]
+        chosen.append(pools[kind][taken[kind] % len(pools[kind])])
+        taken[kind] += 1
+    return chosen
