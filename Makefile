@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test install demo bench soak clean
+.PHONY: test install demo evaluate bench soak clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,9 +19,13 @@ install: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-# Emulated pools, a short calibration, a replay four ways, the verdict (a few minutes).
+# One seed of the evaluation at a small size: the verdict's short version (a few minutes).
 demo: $(STAMP)
 	$(BIN)/draftgate demo
+
+# The gate against every alternative over five seeds of emulated H200s (about ten minutes).
+evaluate: $(STAMP)
+	$(BIN)/draftgate evaluate
 
 # Heavy measurements, not part of `make test`: each prints figures beside a baseline.
 bench: $(STAMP)
@@ -34,10 +38,11 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.bench_conversation
 	$(BIN)/python -m bench.bench_burst
 	$(BIN)/python -m bench.bench_gc
+	$(BIN)/python -m bench.emulator_vs_published
 
 # Agent traffic through the proxy for five minutes while replicas fail and die: nothing may be lost.
 soak: $(STAMP)
 	$(BIN)/python -m bench.soak --seconds 300 --rate 40
 
 clean:
-	rm -rf $(VENV) build *.egg-info demo-output
+	rm -rf $(VENV) build *.egg-info demo-output evaluate-output

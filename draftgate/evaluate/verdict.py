@@ -206,6 +206,8 @@ def figure(summary_: dict[str, Any], path: Path) -> Path | None:
                 linewidth=2.5 if name == GATE else 1.2, linestyle="--" if name == ORACLE else "-")
         ax.fill_between(xs, [p["min"] for _, p in points], [p["max"] for _, p in points], alpha=0.12)
     ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks([c for c, _ in levels], [str(c) for c, _ in levels])
     ax.set_xlabel("concurrency (closed loop)")
     ax.set_ylabel(summary_["cost_unit"])
     ax.set_title("Cost per output token against load (mean, band = range over seeds)")
