@@ -241,7 +241,8 @@ class Engine:
                 self._wakeup.clear()
                 self._idle_since = time.monotonic()
                 await self._wakeup.wait()
-                self.simulated_seconds = self.clock()
+                # the GPU starts when the request arrived, not when this loop got to run
+                self.simulated_seconds = max((seq.arrived_at for seq in self.waiting), default=self.clock())
                 self._idle_since = None
                 anchor_wall, anchor_sim = loop.time(), self.simulated_seconds
                 continue
