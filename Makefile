@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.bench_burst
 	$(BIN)/python -m bench.bench_gc
 	$(BIN)/python -m bench.emulator_vs_published
+	$(BIN)/python -m bench.routing_regret
 
 # Agent traffic through the proxy for five minutes while replicas fail and die: nothing may be lost.
 soak: $(STAMP)
