@@ -110,6 +110,11 @@ class Curve(BaseModel):
             raise ValueError("load and value must be >= 0")
         return points
 
+    @property
+    def measured_up_to(self) -> float:
+        """The highest load with a point: past it, values are extrapolated."""
+        return self.points[-1][0]
+
     def __call__(self, load: float) -> float:
         points = self.points
         if len(points) == 1 or load <= points[0][0]:

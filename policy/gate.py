@@ -88,6 +88,9 @@ class PoolCost:
     note: str = ""
     batch: float = 1.0  # running requests including this one, when decided
     has_room: bool = True  # takes marginal traffic now (see _no_room)
+    gamma: int = 0  # the depth the pool drafts at with this request in it (dynamic K varies it)
+    # the highest load calibration measured, when ``batch`` is past it: the costs are extrapolated
+    extrapolated_beyond: float | None = None
 
 
 @dataclass(frozen=True)  # no slots: break_even is remembered in a cached_property
@@ -154,8 +157,10 @@ def pool_cost(
     mix = mix or _mix(estimate)
     taus = {"s": 0.0, "r": 0.0, "f": 0.0}
     saving = 0.0
+    measured = calibration.target_pass_seconds.measured_up_to
     if pool.speculative and not estimate.speculation_unsupported:
         cal = calibration.pool(pool.name, pool.gamma, pool.method)
+        measured = min(measured, cal.delta.measured_up_to)
         d = pool.draft_cost if pool.draft_cost is not None else cal.draft_cost
         taus = predicted_taus(calibration, pool, estimate.temperature)
         # the span form's saving, from inputs calibration and configuration have validated
@@ -181,6 +186,8 @@ def pool_cost(
         note=note,
         batch=batch,
         has_room=not no_room,
+        gamma=pool.gamma,
+        extrapolated_beyond=measured if batch > measured else None,
     )
 
 
@@ -248,6 +255,10 @@ def decide(
         reasons.append(f"plain pool {chosen.pool}: best speculative saving {best_spec.saving:+.1%}")
     if affinity is not None:
         reasons.append(f"prefix of ~{affinity.cached_tokens:.0f} tokens cached on {affinity.pool}")
+    for c in costs:
+        if c.extrapolated_beyond is not None:
+            reasons.append(f"{c.pool}: {c.batch:.0f} running is past the {c.extrapolated_beyond:.0f} calibration "
+                           "measured; its step time and verification cost there are extrapolated")
     return Decision(
         route=chosen.pool,
         predicted_saving=chosen.saving,

@@ -31,6 +31,10 @@ class PoolTerms(_Strict):
     gpu_seconds_per_token: float = Field(description="busy GPU-seconds per output token at the pool's load")
     eligible: bool = Field(description="whether the pool could take the request now")
     note: str
+    running: float = Field(description="requests running on the pool when decided")
+    gamma: int = Field(description="the depth the pool drafts at with this request in it (0: none; dynamic K varies it)")
+    extrapolated_beyond: float | None = Field(
+        description="the highest load calibration measured, when the pool's load is past it (costs extrapolated)")
 
 
 class AffinityMatch(_Strict):

@@ -46,6 +46,26 @@ class SpeculationConfig(BaseModel):
     gamma: int = Field(8, ge=1, le=64, description="num_speculative_tokens of the pool")
     draft_cost: float | None = Field(None, ge=0.0, description="d; calibration's value when omitted")
     draft_prefill_ratio: float = Field(0.15, ge=0.0, description="draft prefill relative to the target's")
+    num_speculative_tokens_per_batch_size: list[tuple[int, int, int]] = Field(
+        default_factory=list,
+        description="vLLM's dynamic K, as the pool's --speculative-config sets it: [[lo, hi, K], ...], K for "
+                    "lo..hi running requests (0: no speculation there); the pool is priced at the depth it runs "
+                    "at the batch the request would join")
+
+    @field_validator("num_speculative_tokens_per_batch_size")
+    @classmethod
+    def _ranges(cls, table: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+        for lo, hi, k in table:
+            if not 1 <= lo <= hi or not 0 <= k <= 64:
+                raise ValueError(f"[{lo}, {hi}, {k}]: each entry is [lo, hi, K] with 1 <= lo <= hi and 0 <= K <= 64")
+        return table
+
+    def depth_at(self, batch: float) -> int:
+        """The depth the pool drafts at with ``batch`` requests running (``gamma`` outside the table)."""
+        for lo, hi, k in self.num_speculative_tokens_per_batch_size:
+            if lo <= batch <= hi:
+                return k
+        return self.gamma
 
 
 class PoolConfig(BaseModel):

@@ -145,7 +145,8 @@ class Pool:
         return PoolView(
             name=self.name,
             method=spec.method if spec else None,
-            gamma=spec.gamma if spec else 0,
+            # dynamic K: the depth the pool runs at once this request joins (0: it will not speculate)
+            gamma=spec.depth_at(min(running, float(capacity)) + 1.0) if spec else 0,
             draft_cost=spec.draft_cost if spec else None,
             healthy=bool(healthy),
             running=min(running, float(capacity)),

@@ -148,3 +148,20 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
                "--model", "other/model", "--out", str(tmp_path / "c.yaml")]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and "not other/model" in proc.stderr
+
+
+def test_between_measured_loads_the_gate_interpolates_what_the_physics_does(tmp_path: Path) -> None:
+    """Measured at 1, 16 and 48 running, delta + d at 32 comes from the points either side of
+    it, close to what the emulator's physics costs at 32 (where verification is turning
+    compute-bound: 0.25 at 16, 0.51 at 48 for this profile, so neither neighbour would do)."""
+    seed = 404
+    with emulator(seed, True, profile_seed=seed, time_scale=SCALE) as on, \
+            emulator(seed, False, profile_seed=seed, time_scale=SCALE) as off:
+        plan = protocol.Plan(MODEL, [protocol.Pool("spec-on", on.url, 8)], protocol.Pool("spec-off", off.url, 0),
+                             ["A"], [1, 16, 48], ["greedy"], 6, None, {"A": protocol.load_arm("A")})
+        fit = protocol.fit(plan, protocol.execute(plan, tmp_path / "state.jsonl"), 0.6)
+    pool = fit.calibration.pool("spec-on")
+    assert [x for x, _ in pool.delta.points] == [1, 16, 48]
+    _, truth_at_32 = _law_view_of_physics(EngineProfile.random(seed), 32)
+    assert pool.delta(32) + pool.draft_cost == pytest.approx(truth_at_32, rel=0.15)
+    assert pool.delta.measured_up_to == 48

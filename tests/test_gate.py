@@ -153,3 +153,26 @@ def test_the_deciding_cause_is_named() -> None:
     assert decide(e, [SPEC, PLAIN], CAL, GatePolicy(mode="always_off")).cause == "mode"
     blocked = estimate(body(tools=[TOOL], tool_choice="required", temperature=0, min_p=0.1))
     assert decide(blocked, [full, PLAIN], CAL).cause == "unsupported_sampling"  # the strongest wins
+
+
+def test_a_load_past_what_calibration_measured_is_said_to_be_extrapolated() -> None:
+    """Calibration measures c_T and delta at some loads; past the last, the gate extrapolates
+    and explain says so, naming the pool and the load measured."""
+    from draftgate.policy.calibration import Curve
+
+    measured = CAL.model_copy(update={"target_pass_seconds": Curve(points=[(1, 0.02), (8, 0.021)])})
+    e = estimate(body(tools=[TOOL], tool_choice="required", temperature=0))
+    within = decide(e, [PoolView("spec", "draft_model", gamma=8, running=3), PLAIN], measured)
+    beyond = decide(e, [PoolView("spec", "draft_model", gamma=8, running=30), PLAIN], measured)
+    assert within.cost_of("spec").extrapolated_beyond is None
+    assert beyond.cost_of("spec").extrapolated_beyond == 8
+    assert beyond.cost_of("plain").extrapolated_beyond is None  # one running: within what was measured
+    assert any("spec: 31 running is past the 8 calibration measured" in r for r in beyond.reasons)
+    assert not any("extrapolated" in r for r in within.reasons)
+
+
+def test_a_dynamic_k_pool_at_a_depth_of_zero_is_priced_as_plain() -> None:
+    e = estimate(body(tools=[TOOL], tool_choice="required", temperature=0))
+    off_at_this_load = PoolView("dyn", "draft_model", gamma=0, running=40)
+    decision = decide(e, [off_at_this_load, PLAIN], CAL)
+    assert decision.cost_of("dyn").saving == 0.0 and decision.cost_of("dyn").gamma == 0

@@ -81,3 +81,30 @@ def test_a_replica_failing_a_large_share_of_its_answers_is_ejected_though_never_
     for _ in range(10):  # share 0: the rule is off
         c.answered()
         assert c.answer_failed(limit=5, ejection_seconds=5.0, share=0.0, window=6) is None
+
+
+def test_a_dynamic_k_pool_is_viewed_at_the_depth_it_runs_at_the_batch_a_request_joins() -> None:
+    """vLLM's num_speculative_tokens_per_batch_size: K=8 up to 4 running, 4 up to 16, then none."""
+    from draftgate.proxy.config import SpeculationConfig
+
+    spec = SpeculationConfig(gamma=8, num_speculative_tokens_per_batch_size=[(1, 4, 8), (5, 16, 4), (17, 1024, 0)])
+    pool = Pool(PoolConfig(name="dyn", urls=URLS, max_num_seqs=64, speculation=spec))
+    depths = {}
+    for running in (0, 3, 4, 10, 16, 40):
+        for url in URLS:
+            pool.replicas[url].running = 0
+        pool.replicas[URLS[0]].running = running
+        view = pool.view()
+        depths[running] = (view.gamma, view.speculative)
+    # the request makes it running + 1
+    assert depths == {0: (8, True), 3: (8, True), 4: (4, True), 10: (4, True), 16: (0, False), 40: (0, False)}
+
+
+def test_a_dynamic_k_table_is_checked() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    from draftgate.proxy.config import SpeculationConfig
+
+    with pytest.raises(ValidationError, match="lo <= hi"):
+        SpeculationConfig(num_speculative_tokens_per_batch_size=[(8, 4, 2)])

@@ -79,6 +79,13 @@ def load_arm(name: str, source: Path | None = None) -> list[dict[str, Any]]:
     return rows
 
 
+def timing_bodies(workload: list[dict[str, Any]], requests: int, concurrency: int) -> list[dict[str, Any]]:
+    """``requests`` of the arm's bodies, or twice ``concurrency`` if more, cycling the arm: a run
+    measures the load it is labelled with only while that many requests are in flight."""
+    count = max(requests, 2 * concurrency)
+    return [workload[i % len(workload)] for i in range(count)]
+
+
 def prefill_bodies(model: str, n: int) -> list[dict[str, Any]]:
     """Prompts of spread lengths that no cache can hold (each starts with a fresh nonce)."""
     bodies = []
@@ -115,7 +122,8 @@ def execute(plan: Plan, state_path: Path, progress: Callable[[int, int, str], No
             progress(i, len(runs), k)
         if k in state:
             continue
-        bodies = prefill_bodies(plan.model, plan.requests) if kind == "prefill" else plan.workloads[arm][: plan.requests]
+        bodies = prefill_bodies(plan.model, plan.requests) if kind == "prefill" else timing_bodies(
+            plan.workloads[arm], plan.requests, c if kind == "timing" else 1)
         template = Record(arm=arm, pool=pool.name, gamma=pool.gamma, concurrency=c, regime=regime,
                           kind="entropy" if kind == "entropy" else "timing", index=0)
         records, deltas = asyncio.run(run_batch(pool.url, bodies, template, plan.model))

@@ -41,6 +41,7 @@ GATED_DEPTH = 8  # the proxy's speculation pool
 SPEC_SEQS = 48  # a speculation pool's max_num_seqs: it holds fewer KV tokens, and the burst exceeds it
 DYNAMIC_K_TABLE = "[[1, 4, 8], [5, 16, 4], [17, 32, 2], [33, 1024, 0]]"
 CALIBRATION_REQUESTS = 4
+CALIBRATION_LOADS = (1, 8, 32)  # c_T and delta measured across the levels replayed; past 32, extrapolated
 
 
 @dataclass
@@ -122,7 +123,7 @@ def _gate(seed: int, options: Options, on: str, depth: int, off: str, say: Calla
     out.mkdir(parents=True, exist_ok=True)
     fitted = short_calibration(on, off, out / "calibration.yaml", options.model, CALIBRATION_REQUESTS, depth,
                                calibration_arms(), lambda i, n, label: draw(f"  seed {seed} calibration ", i, n,
-                                                                             "batches"))
+                                                                             "batches"), CALIBRATION_LOADS)
     say(f"  seed {seed}: calibrated on the calibration split, kappa {fitted.calibration.kappa:.2f}")
     config = {"pools": [{"name": "spec-on", "urls": [on], "speculation": {"gamma": depth}, "max_num_seqs": SPEC_SEQS},
                         {"name": "spec-off", "urls": [off]}],

@@ -24,7 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spec-off", required=True, metavar="URL", help="the plain pool")
     parser.add_argument("--gammas", type=_ints, default=[8], help="depth of each --spec-on pool (default 8)")
     parser.add_argument("--model", default="Qwen/Qwen3-32B")
-    parser.add_argument("--concurrency", type=_ints, default=[1, 8])
+    parser.add_argument("--concurrency", type=_ints, default=[1, 4, 16, 64],
+                        help="loads to measure c_T and delta at, up to the pools' max_num_seqs (the gate "
+                             "interpolates between them and extrapolates past the last, saying so)")
     parser.add_argument("--arms", default="A,B,C,D", help="arms to run (A prose, B tools, C reasoning, D agent)")
     parser.add_argument("--workload", action="append", default=[], metavar="ARM=FILE.jsonl",
                         help="replace an arm's requests with your own chat requests (JSONL)")
