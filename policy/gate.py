@@ -1,12 +1,13 @@
 """The gate: which pool serves a request, and what it is predicted to save.
 
-Pure: numbers and models in, a decision out. The cost of serving a request
-on a pool is counted in *slot-seconds per output token*: the time the request
-holds a decode slot (``c_T(b)`` per target pass at the pool's load ``b``, times
-the speculative net-cost ratio), plus any prefill it must redo, which stalls
-the whole batch (so it is weighed by ``b``), plus a queueing penalty. Pools are
-the same hardware, so equal slot-seconds cost equal money; dividing by ``b``
-gives GPU-seconds per token, which is what the metrics export.
+Pure: numbers and models in, a decision out. The gate minimises the busy
+GPU-seconds a request causes (docs/model.md, "What the gate minimises"): on a
+pool running ``b`` sequences, joining raises every step from ``R(b)`` to
+``R(b+1)`` for as many steps as the request runs (fewer, dearer ones on a
+speculation pool), and its prefill is added, less what the pool has cached.
+Starting an idle pool costs its whole step; joining a busy one, the increment.
+Queueing costs no GPU time, so it is not priced; a pool that is full takes no
+marginal traffic.
 
 Load enters through ``delta(b)`` and ``c_T(b)``; cache locality through the
 prefix a pool already holds; temperature through the class predictabilities;
@@ -59,7 +60,6 @@ class GatePolicy:
     mode: Mode = "auto"
     margin: float = 0.0  # speculation must cost at least this fraction less than the plain pool
     hysteresis: float = 0.03  # a route changes only when the other side is this much cheaper
-    queue_penalty_passes: float = 25.0  # target passes of delay charged per waiting request
     # KV-cache usage from which a pool takes no marginal traffic: a new request there
     # would wait for free blocks, or make the scheduler preempt one that runs
     kv_cache_full: float = 0.95
@@ -81,8 +81,8 @@ class PoolCost:
     pool: str
     saving: float  # predicted speculative saving on this pool (0 for plain pools)
     tau: dict[str, float]
-    cost_per_token: float  # slot-seconds per output token, everything included
-    gpu_seconds_per_token: float
+    cost_per_token: float  # busy GPU-seconds the request would cause here, per output token: what is minimised
+    gpu_seconds_per_token: float  # the pool's busy GPU-seconds per token at its load, shared out evenly
     prefill_seconds: float
     eligible: bool
     note: str = ""
@@ -91,6 +91,8 @@ class PoolCost:
     gamma: int = 0  # the depth the pool drafts at with this request in it (dynamic K varies it)
     # the highest load calibration measured, when ``batch`` is past it: the costs are extrapolated
     extrapolated_beyond: float | None = None
+    step_increment: float = 0.0  # seconds the request adds to each step: the whole step on an idle pool
+    steps: float = 0.0  # steps it is expected to run for
 
 
 @dataclass(frozen=True)  # no slots: break_even is remembered in a cached_property
@@ -158,20 +160,22 @@ def pool_cost(
     taus = {"s": 0.0, "r": 0.0, "f": 0.0}
     saving = 0.0
     measured = calibration.target_pass_seconds.measured_up_to
+    steps = tokens
     if pool.speculative and not estimate.speculation_unsupported:
         cal = calibration.pool(pool.name, pool.gamma, pool.method)
         measured = min(measured, cal.delta.measured_up_to)
         d = pool.draft_cost if pool.draft_cost is not None else cal.draft_cost
         taus = predicted_taus(calibration, pool, estimate.temperature)
         # the span form's saving, from inputs calibration and configuration have validated
-        saving = 1.0 - law.round_cost(pool.gamma, cal.delta(batch), d) * law.rounds_per_token(mix, taus)
+        steps = tokens * law.rounds_per_token(mix, taus)
+        saving = 1.0 - law.round_cost(pool.gamma, cal.delta(batch), d) * steps / tokens
     cached = affinity.cached_tokens if affinity is not None and affinity.pool == pool.name else 0.0
     uncached = max(0.0, estimate.prompt_tokens - cached)
     prefill = uncached * calibration.prefill_seconds_per_token * (1.0 + pool.draft_prefill_ratio)
     prefill += cached * calibration.prefill_seconds_per_token * calibration.prefill_hit_cost_ratio
+    step = step_seconds(calibration, pool, batch)
+    increment = step if pool.running < 1.0 else max(0.0, step - step_seconds(calibration, pool, pool.running))
     decode = tokens * c_t * (1.0 - saving)
-    queue = pool.waiting * policy.queue_penalty_passes * c_t
-    slot_seconds = decode + prefill * batch + queue
     eligible = pool.healthy
     no_room = _no_room(pool, policy, affinity, draw)
     note = no_room or ("" if pool.healthy else "unhealthy")
@@ -179,7 +183,7 @@ def pool_cost(
         pool=pool.name,
         saving=saving,
         tau=taus,
-        cost_per_token=slot_seconds / tokens,
+        cost_per_token=(steps * increment + prefill) / tokens,
         gpu_seconds_per_token=(decode / batch + prefill) / tokens,
         prefill_seconds=prefill,
         eligible=eligible,
@@ -188,7 +192,20 @@ def pool_cost(
         has_room=not no_room,
         gamma=pool.gamma,
         extrapolated_beyond=measured if batch > measured else None,
+        step_increment=increment,
+        steps=steps,
     )
+
+
+def step_seconds(calibration: Calibration, pool: PoolView, running: float) -> float:
+    """One step of ``pool`` with ``running`` sequences: a target pass, or on a speculation
+    pool a round of ``gamma`` draft passes and the verification."""
+    c_t = calibration.target_pass_seconds(running)
+    if not pool.speculative:
+        return c_t
+    cal = calibration.pool(pool.name, pool.gamma, pool.method)
+    d = pool.draft_cost if pool.draft_cost is not None else cal.draft_cost
+    return c_t * law.round_cost(pool.gamma, cal.delta(running), d)
 
 
 def decide(

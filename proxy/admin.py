@@ -27,7 +27,8 @@ class ClassTokens(_Strict):
 class PoolTerms(_Strict):
     pool: str
     saving: float = Field(description="predicted speculative saving on this pool (0 for a plain pool)")
-    cost_per_token: float = Field(description="what the gate minimises, per output token")
+    cost_per_token: float = Field(description="what the gate minimises: the busy GPU-seconds the request would "
+                                              "cause on the pool, per output token")
     gpu_seconds_per_token: float = Field(description="busy GPU-seconds per output token at the pool's load")
     eligible: bool = Field(description="whether the pool could take the request now")
     note: str
@@ -35,6 +36,9 @@ class PoolTerms(_Strict):
     gamma: int = Field(description="the depth the pool drafts at with this request in it (0: none; dynamic K varies it)")
     extrapolated_beyond: float | None = Field(
         description="the highest load calibration measured, when the pool's load is past it (costs extrapolated)")
+    step_increment: float = Field(description="seconds the request would add to each of the pool's steps (an idle "
+                                              "pool's whole step)")
+    steps: float = Field(description="steps the request would run for there (fewer on a speculation pool)")
 
 
 class AffinityMatch(_Strict):

@@ -85,7 +85,8 @@ class Plan:
             "reasons": [*self.estimate.reasons, *d.reasons],
             "pools": [{"pool": c.pool, "saving": c.saving, "cost_per_token": c.cost_per_token,
                        "gpu_seconds_per_token": c.gpu_seconds_per_token, "eligible": c.eligible, "note": c.note,
-                       "running": c.batch - 1.0, "gamma": c.gamma, "extrapolated_beyond": c.extrapolated_beyond}
+                       "running": c.batch - 1.0, "gamma": c.gamma, "extrapolated_beyond": c.extrapolated_beyond,
+                       "step_increment": c.step_increment, "steps": c.steps}
                       for c in d.costs],
             "affinity": None if self.affinity is None else {
                 "pool": self.affinity.placement.pool, "cached_tokens": self.affinity.cached_tokens,

@@ -176,3 +176,37 @@ def test_a_dynamic_k_pool_at_a_depth_of_zero_is_priced_as_plain() -> None:
     off_at_this_load = PoolView("dyn", "draft_model", gamma=0, running=40)
     decision = decide(e, [off_at_this_load, PLAIN], CAL)
     assert decision.cost_of("dyn").saving == 0.0 and decision.cost_of("dyn").gamma == 0
+
+
+def test_a_pool_with_room_takes_the_request_while_joining_it_costs_less_than_waking_the_idle_one() -> None:
+    """The gate prices the GPU time a request causes: joining a busy speculation pool costs the
+    step's increment, waking the idle plain pool its whole step; so a tool call is not shed
+    while the speculation pool has room (it was, from 8 running, when batch-weighted slot-seconds
+    were the price)."""
+    e = estimate(body(tools=[TOOL], tool_choice="required", temperature=0))
+    for running in range(0, 48):
+        spec = PoolView("spec", "draft_model", gamma=8, running=running, max_num_seqs=48)
+        decision = decide(e, [spec, PoolView("plain", None, max_num_seqs=256)], CAL)
+        assert decision.route == "spec", running
+    full = decide(e, [PoolView("spec", "draft_model", gamma=8, running=48, max_num_seqs=48), PLAIN], CAL)
+    assert full.route == "plain"
+
+
+def test_an_idle_pool_costs_its_whole_step_and_a_busy_one_the_increment() -> None:
+    from draftgate.policy.gate import step_seconds
+
+    e = estimate(body(temperature=0.7, max_tokens=100))
+    idle = decide(e, [PoolView("plain", None)], CAL).cost_of("plain")
+    busy = decide(e, [PoolView("plain", None, running=30)], CAL).cost_of("plain")
+    assert idle.step_increment == pytest.approx(CAL.target_pass_seconds(1.0))
+    assert busy.step_increment == pytest.approx(CAL.target_pass_seconds(31.0) - CAL.target_pass_seconds(30.0))
+    assert idle.steps == busy.steps == pytest.approx(e.expected_tokens.total)
+    tokens = e.expected_tokens.total
+    assert idle.cost_per_token == pytest.approx((idle.steps * idle.step_increment + idle.prefill_seconds) / tokens)
+    assert busy.cost_per_token < idle.cost_per_token / 5
+    # a speculation pool runs fewer, dearer steps
+    spec = PoolView("spec", "draft_model", gamma=8)
+    tool = decide(estimate(body(tools=[TOOL], tool_choice="required", temperature=0)), [spec], CAL).cost_of("spec")
+    assert tool.steps < estimate(body(tools=[TOOL], tool_choice="required", temperature=0)).expected_tokens.total / 3
+    assert tool.step_increment == pytest.approx(step_seconds(CAL, spec, 1.0))
+    assert step_seconds(CAL, spec, 1.0) > CAL.target_pass_seconds(1.0) * 2
