@@ -44,7 +44,7 @@ from draftgate.emulator.request_fields import (
     typed,
 )
 from draftgate.emulator.responses import Responses
-from draftgate.emulator.speculation import position_model
+from draftgate.emulator.speculation import lookup, position_model
 from draftgate.emulator.textgen import Generated, OutputToken, generate, request_digest
 from draftgate.emulator.tokens import (
     block_hashes,
@@ -99,6 +99,7 @@ class Emulator:
         self.received: deque[dict[str, Any]] = deque(maxlen=16)
         self.generation_defaults = config.profile.generation_defaults
         self.misalignment = config.profile.drafter(config.spec.method).misalignment if config.spec else 0.0
+        self.lookup_drafter = config.spec is not None and config.profile.drafter(config.spec.method).shape is None
 
     # ---------------------------------------------------------------- routes
 
@@ -283,9 +284,10 @@ class Emulator:
             truncated = isinstance(cap, int) and len(gen.tokens) > cap
             if truncated:
                 del gen.tokens[cap:]
+            lookups = lookup(prompt_tokens, [t.text for t in gen.tokens]) if self.lookup_drafter else None
             positions = position_model([t.kind for t in gen.tokens], self.config.profile, temperature,
                                        np.random.default_rng([self.config.seed, digest & 0xFFFFFFFF, index]),
-                                       self.misalignment)
+                                       self.misalignment, lookups)
             seqs.append(Sequence(len(prompt_tokens), hashes, gen.tokens, wire.finish_reason(gen, truncated),
                                  temperature, speculate, positions))
             gens.append(gen)

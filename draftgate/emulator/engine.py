@@ -293,12 +293,12 @@ class Engine:
 
     def _proposal(self, seq: Sequence, depth: int) -> int:
         """Draft tokens proposed for ``seq`` this step: ``depth`` from a model drafter; from a
-        lookup, only inside a span the output copies from the prompt (it has nothing to match
-        elsewhere), and never past the answer's end."""
+        lookup, ``depth`` where the tokens before match earlier text and none elsewhere; never
+        past the answer's end."""
         room = len(seq.output) - seq.emitted - 1
         if not seq.speculate or seq.positions is None or depth <= 0 or room <= 0:
             return 0
-        if not self.model_drafter and not (seq.emitted > 0 and seq.positions.copied[seq.emitted - 1]):
+        if not self.model_drafter and not seq.positions.proposes[seq.emitted]:
             return 0
         return min(depth, room)
 
@@ -338,7 +338,7 @@ class Engine:
             self._emit(seq, 1, now)
             return
         accepted = 0
-        right = seq.positions.accepts if self.model_drafter else lambda i, _t: bool(seq.positions.copied[i])
+        right = seq.positions.accepts if self.model_drafter else lambda i, _t: bool(seq.positions.right[i])
         while accepted < draft_len and right(seq.emitted + accepted, seq.temperature):
             accepted += 1
         self.truth.record(seq.output, seq.emitted, draft_len, accepted)

@@ -127,7 +127,7 @@ class EngineProfile(_Frozen):
         "draft_model": Drafter(shape=QWEN3_4B, bandwidth_efficiency=0.5, misalignment=1.0),
         # EAGLE-style heads see the target's hidden states: better aligned than a separate model
         "eagle": Drafter(shape=EAGLE3_HEAD, bandwidth_efficiency=0.45, misalignment=0.8),
-        # a prompt lookup proposes only where the output copies the prompt, and is then right
+        # a prompt lookup proposes what followed the last tokens where they occurred before
         "ngram": Drafter(shape=None, pass_overhead_seconds=0.0001, misalignment=0.0),
     })
     efficiency: Efficiency = Efficiency()
@@ -138,7 +138,6 @@ class EngineProfile(_Frozen):
     entropy_spread: float = Field(0.6, ge=0.0, description="sd of log-entropy along a span")
     entropy_correlation: float = Field(0.9, ge=0.0, lt=1.0, description="AR(1) coefficient along a span")
     candidates: int = Field(16, ge=2, le=256, description="vocabulary slice each position is drawn over")
-    copy_fidelity: float = Field(0.95, ge=0, le=1, description="share of a copied span a lookup drafter gets right")
     # Behaviour.
     lengths: Lengths = Lengths()
     auto_call_probability: float = Field(0.8, ge=0.0, le=1.0)
@@ -197,7 +196,6 @@ class EngineProfile(_Frozen):
             entropy={kind: around(value, 0.3) for kind, value in DEFAULT_ENTROPY.items()},
             entropy_spread=rng.uniform(0.3, 0.8),
             entropy_correlation=rng.uniform(0.7, 0.95),
-            copy_fidelity=rng.uniform(0.85, 0.98),
             lengths=Lengths(prose=rng.uniform(90, 220), prose_after_tool=rng.uniform(40, 100),
                             free_text_value=rng.uniform(60, 140)),
             auto_call_probability=rng.uniform(0.6, 0.9),

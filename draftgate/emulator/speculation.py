@@ -8,7 +8,7 @@ A model drafter's logits are the target's plus noise whose size is the
 drafter's misalignment. Draft tokens are accepted by the standard rule: at
 temperature 0 when the draft's argmax is the target's; above it (greedy
 drafts) with the target's tempered probability of the draft token. A lookup
-drafter (ngram, suffix) proposes only where the output copies the prompt.
+drafter (ngram, suffix) works on the token sequences alone (``lookup``).
 Nothing here knows the Draft Law.
 """
 
@@ -43,7 +43,8 @@ class PositionModel:
     accept_greedy: np.ndarray  # (N,) bool: draft argmax equals target argmax
     accept_prob_sampled: np.ndarray  # (N,) target's tempered probability of the draft token
     uniforms: np.ndarray  # (N,) draws that decide sampled acceptance
-    copied: np.ndarray  # (N,) bool: the token copies the prompt, and a lookup drafter gets it right
+    proposes: np.ndarray  # (N,) bool: a lookup drafter has a proposal for this position
+    right: np.ndarray  # (N,) bool: and what it proposes is the token the target emits
 
     def accepts(self, position: int, temperature: float) -> bool:
         if temperature <= 1e-5:
@@ -55,8 +56,32 @@ class PositionModel:
         return float(-(np.exp(lp) * lp).sum())
 
 
+def lookup(prompt: list[str], output: list[str], n: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """What a prompt-lookup drafter does at each output position, as vLLM's ngram proposer:
+    it proposes when the ``n`` tokens before the position occurred earlier (in the prompt or
+    the output so far), the tokens that followed them there; the proposal is right when the
+    token that followed is the one the target emits. (vLLM matches the longest suffix from
+    ``prompt_lookup_max`` down to ``prompt_lookup_min``; one length, ``n``, is kept here.)"""
+    seen: dict[tuple[str, ...], set[str]] = {}
+    context = list(prompt)
+    for i in range(len(context) - n):
+        seen.setdefault(tuple(context[i:i + n]), set()).add(context[i + n])
+    proposes = np.zeros(len(output), dtype=bool)
+    right = np.zeros(len(output), dtype=bool)
+    for i, token in enumerate(output):
+        key = tuple(context[-n:]) if len(context) >= n else None
+        if key is not None and key in seen:
+            proposes[i] = True
+            right[i] = token in seen[key]
+        if key is not None:
+            seen.setdefault(key, set()).add(token)
+        context.append(token)
+    return proposes, right
+
+
 def position_model(
-    kinds: list[str], profile: EngineProfile, temperature: float, rng: np.random.Generator, misalignment: float
+    kinds: list[str], profile: EngineProfile, temperature: float, rng: np.random.Generator, misalignment: float,
+    lookups: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> PositionModel:
     """Draw the target and draft distributions for a sequence of output token kinds."""
     n, k = len(kinds), profile.candidates
@@ -87,5 +112,5 @@ def position_model(
         sampled = np.exp(tempered[np.arange(n), draft_top])
     else:
         sampled = greedy.astype(float)
-    copied = np.array([kind == "copied" for kind in kinds], dtype=bool) & (rng.random(n) < profile.copy_fidelity)
-    return PositionModel(logprobs, greedy, sampled, rng.random(n), copied)
+    proposes, right = lookups if lookups is not None else (np.zeros(n, dtype=bool), np.zeros(n, dtype=bool))
+    return PositionModel(logprobs, greedy, sampled, rng.random(n), proposes, right)
