@@ -130,3 +130,16 @@ def test_ctrl_c_stops_everything(tmp_path: Path) -> None:
     alive = {pid for pid in started if Path(f"/proc/{pid}").exists()
              and "Z" not in (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0])}
     assert not alive
+
+
+def test_evaluate_says_in_one_line_when_a_given_pool_cannot_be_reached(tmp_path: Path) -> None:
+    from draftgate.servers import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    done = subprocess.run([sys.executable, "-m", "draftgate.proxy.cli.main", "evaluate", "--seeds", "1",
+                           "--concurrency", "1", "--burst", "0", "--scale", "0.2", "--out", str(tmp_path),
+                           "--spec-on", dead, "--spec-off", dead],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1].startswith("draftgate evaluate: error: ")
+    assert "Traceback" not in done.stderr

@@ -71,7 +71,7 @@ def items_at(concurrency: int, scale: float) -> int:
 
 @dataclass
 class Pools:
-    """The URLs of one seed's pools, by strategy, and the proxy's."""
+    """Where each strategy's requests go for one seed (the gate's: the proxy), and the pools behind it."""
 
     by_strategy: dict[str, tuple[str, list[str]]]  # name -> (where requests go, the pools behind it)
 
@@ -125,7 +125,9 @@ def _gate(seed: int, options: Options, on: str, depth: int, off: str, say: Calla
                                calibration_arms(), lambda i, n, label: draw(f"  seed {seed} calibration ", i, n,
                                                                              "batches"), CALIBRATION_LOADS)
     say(f"  seed {seed}: calibrated on the calibration split, kappa {fitted.calibration.kappa:.2f}")
-    config = {"pools": [{"name": "spec-on", "urls": [on], "speculation": {"gamma": depth}, "max_num_seqs": SPEC_SEQS},
+    # the emulated speculation pools run with SPEC_SEQS slots; real ones as their operator started them
+    slots = {"max_num_seqs": SPEC_SEQS} if options.emulated else {}
+    config = {"pools": [{"name": "spec-on", "urls": [on], "speculation": {"gamma": depth}, **slots},
                         {"name": "spec-off", "urls": [off]}],
               "calibration_file": str((out / "calibration.yaml").resolve()), "log_requests": False}
     (out / "draftgate.yaml").write_text(yaml.safe_dump(config))
@@ -159,14 +161,14 @@ def run(options: Options, say: Callable[[str], None] = print) -> tuple[dict[str,
     streamed = not options.emulated
     for seed in range(options.first_seed, options.first_seed + options.seeds):
         with seed_pools(seed, options, say) as pools:
-            results.not_measured = [s for s in strategies if s not in pools.by_strategy]
             total = len(levels) * len(pools.by_strategy)
             done = 0
             for level in levels:
                 if level == "burst":
-                    pool = [i for i in mix.sample("verdict", options.burst * 2, seed * 1000 + 999)
-                            if i.kind in ("tool call", "chat")]
-                    chosen = pool[: int(options.burst * options.scale) or 1]
+                    # single requests (a session's turns cannot all arrive at once): tool calls and chat
+                    singles = [i for i in mix.sample("verdict", options.burst * 2, seed * 1000 + 999)
+                               if i.kind in ("tool call", "chat")]
+                    chosen = singles[: int(options.burst * options.scale) or 1]
                 else:
                     chosen = mix.sample("verdict", items_at(int(level), options.scale), seed * 1000 + int(level))
                 for name, (url, behind) in pools.by_strategy.items():

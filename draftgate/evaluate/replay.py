@@ -34,6 +34,15 @@ class Measured:
     route: str
 
 
+class ReplayError(RuntimeError):
+    """A request of the replay failed: the verdict stops rather than leave a gap in it."""
+
+
+def _check(response: httpx.Response, url: str, key: str) -> None:
+    if response.status_code != 200:
+        raise ReplayError(f"{url} answered {response.status_code} to request {key}")
+
+
 def _truth(header: str) -> dict[str, float]:
     return {k: float(v) for k, v in (part.split("=", 1) for part in header.split("; "))}
 
@@ -43,7 +52,9 @@ async def _send(client: httpx.AsyncClient, url: str, body: dict[str, Any], key: 
     """One request; a failure raises, because a verdict with silent gaps would flatter someone."""
     if not streamed:
         response = await client.post(f"{url}/v1/chat/completions", json=body)
-        response.raise_for_status()
+        _check(response, url, key)
+        if TRUTH_HEADER not in response.headers:
+            raise ReplayError(f"{url} sent no {TRUTH_HEADER} header: is it an emulated pool?")
         truth = _truth(response.headers[TRUTH_HEADER])
         return Measured(key, kind, int(truth["tokens"]), truth["gpu_seconds"], truth["ttft"], truth["tpot"],
                         response.headers.get("x-draftgate-route", ""))
@@ -52,7 +63,7 @@ async def _send(client: httpx.AsyncClient, url: str, body: dict[str, Any], key: 
     tokens = 0
     body = dict(body, stream=True, stream_options={"include_usage": True})
     async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
-        response.raise_for_status()
+        _check(response, url, key)
         route = response.headers.get("x-draftgate-route", "")
         async for line in response.aiter_lines():
             if not line.startswith("data: {"):

@@ -52,8 +52,7 @@ class Results:
 
     strategies: list[str]
     fixed: list[str]  # the pools the oracle chooses among
-    runs: dict[str, dict[str, dict[int, Run]]] = field(default_factory=dict)
-    not_measured: list[str] = field(default_factory=list)
+    runs: dict[str, dict[str, dict[int, Run]]] = field(default_factory=dict)  # a strategy not run: not measured
 
     def add(self, level: str, strategy: str, seed: int, run: Run) -> None:
         self.runs.setdefault(level, {}).setdefault(strategy, {})[seed] = run

@@ -24,7 +24,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import httpx
+
     from draftgate.evaluate.bench import Options, main
+    from draftgate.evaluate.replay import ReplayError
     from draftgate.servers import ServerStartError
 
     try:
@@ -49,5 +52,7 @@ def run(args: argparse.Namespace) -> int:
                       dynamic_k=args.dynamic_k.rstrip("/") if args.dynamic_k else None, as_json=args.json)
     try:
         return main(options)
-    except ServerStartError as exc:
+    except (ServerStartError, ReplayError) as exc:
         raise CliError(str(exc)) from None
+    except httpx.HTTPError as exc:
+        raise CliError(f"a pool could not be reached: {type(exc).__name__} {exc}") from None
