@@ -27,7 +27,7 @@ from draftgate.policy.calibration import Calibration
 from draftgate.policy.structure.estimates import StructureEstimate
 
 Mode = Literal["auto", "always_on", "always_off"]
-CAUSES = ("unsupported_sampling", "n_gt_1", "mode", "capacity", "hysteresis", "health")  # strongest first
+CAUSES = ("unsupported_sampling", "n_gt_1", "mode", "capacity", "latency_target", "hysteresis", "health")  # strongest first
 _AT_CAPACITY = "at capacity"  # a pool's note when every sequence slot is taken
 
 
@@ -60,6 +60,9 @@ class GatePolicy:
     mode: Mode = "auto"
     margin: float = 0.0  # speculation must cost at least this fraction less than the plain pool
     hysteresis: float = 0.03  # a route changes only when the other side is this much cheaper
+    # latency targets, seconds (None: none): a request goes where they hold when the cheaper pool would break one
+    tpot_target: float | None = None
+    ttft_target: float | None = None
     # KV-cache usage from which a pool takes no marginal traffic: a new request there
     # would wait for free blocks, or make the scheduler preempt one that runs
     kv_cache_full: float = 0.95
@@ -93,6 +96,9 @@ class PoolCost:
     extrapolated_beyond: float | None = None
     step_increment: float = 0.0  # seconds the request adds to each step: the whole step on an idle pool
     steps: float = 0.0  # steps it is expected to run for
+    predicted_tpot: float = 0.0  # seconds per output token it would see here: a step per steps/tokens
+    predicted_ttft: float = 0.0  # its prefill and a first step (a queue is not predicted: a full pool takes none)
+    meets_targets: bool = True
 
 
 @dataclass(frozen=True)  # no slots: break_even is remembered in a cached_property
@@ -176,6 +182,10 @@ def pool_cost(
     step = step_seconds(calibration, pool, batch)
     increment = step if pool.running < 1.0 else max(0.0, step - step_seconds(calibration, pool, pool.running))
     decode = tokens * c_t * (1.0 - saving)
+    tpot = step * steps / tokens
+    ttft = prefill + step
+    meets = ((policy.tpot_target is None or tpot <= policy.tpot_target)
+             and (policy.ttft_target is None or ttft <= policy.ttft_target))
     eligible = pool.healthy
     no_room = _no_room(pool, policy, affinity, draw)
     note = no_room or ("" if pool.healthy else "unhealthy")
@@ -194,6 +204,9 @@ def pool_cost(
         extrapolated_beyond=measured if batch > measured else None,
         step_increment=increment,
         steps=steps,
+        predicted_tpot=tpot,
+        predicted_ttft=ttft,
+        meets_targets=meets,
     )
 
 
@@ -263,7 +276,8 @@ def decide(
     if forced is not None:
         chosen = min(forced, key=lambda c: c.cost_per_token)
     else:
-        chosen = _cheapest(candidates, by_name, policy, previous, reasons, causes)
+        chosen = _cheapest(_within_targets(candidates, policy, reasons, causes), by_name, policy, previous, reasons,
+                           causes)
     best_spec = max(spec or [c for c in costs if by_name[c.pool].speculative] or [chosen], key=lambda c: c.saving)
     pool = by_name[chosen.pool]
     if pool.speculative:
@@ -306,6 +320,29 @@ def _no_room(pool: PoolView, policy: GatePolicy, affinity: Affinity | None, draw
     if draw < (usage - start) / policy.kv_cache_ramp:
         return f"KV cache {usage:.0%} used, thinning"
     return ""
+
+
+def _within_targets(candidates: list[PoolCost], policy: GatePolicy, reasons: list[str],
+                    causes: set[str]) -> list[PoolCost]:
+    """The candidates that meet the latency targets, when some do and some do not; else all of
+    them (with no pool meeting a target, cost alone decides)."""
+    meeting = [c for c in candidates if c.meets_targets]
+    if not meeting or len(meeting) == len(candidates):
+        if not meeting and (policy.tpot_target is not None or policy.ttft_target is not None):
+            reasons.append("no pool meets the latency targets: cost alone decides")
+        return candidates
+    missed = [c for c in candidates if not c.meets_targets]
+    reasons.append("latency targets: " + ", ".join(
+        f"{c.pool} would give {c.predicted_tpot * 1000:.0f} ms per token, {c.predicted_ttft * 1000:.0f} ms to the "
+        f"first" for c in missed) + _targets(policy))
+    causes.add("latency_target")
+    return meeting
+
+
+def _targets(policy: GatePolicy) -> str:
+    parts = ([f"{policy.tpot_target * 1000:.0f} ms per token"] if policy.tpot_target is not None else []) + (
+        [f"{policy.ttft_target * 1000:.0f} ms to the first"] if policy.ttft_target is not None else [])
+    return " (targets: " + ", ".join(parts) + ")"
 
 
 def _mix(estimate: StructureEstimate) -> law.ClassMix:

@@ -126,6 +126,15 @@ class ModelPolicy(BaseModel):
     hysteresis: float = Field(0.03, ge=0.0, le=1.0, description="a request shape leaves the pool it last went to "
                                                               "only for one this fraction cheaper: routes do not "
                                                               "flip-flop on noise")
+    tpot_target_ms: float | None = Field(
+        None, gt=0.0, description="time per output token a request should see; it goes to the pool that costs "
+                                  "less unless that pool would break this and another would not")
+    ttft_target_ms: float | None = Field(
+        None, gt=0.0, description="time to first token, the same way (the gate predicts prefill and a first step; "
+                                  "a pool with no room takes no request)")
+    latency_percentile: float = Field(
+        99.0, gt=0.0, le=100.0, description="the percentile the targets are read at on the dashboard and by "
+                                            "draftgate evaluate; the gate holds each request's predicted figure")
 
 
 class ProxySettings(BaseSettings):

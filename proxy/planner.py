@@ -86,7 +86,8 @@ class Plan:
             "pools": [{"pool": c.pool, "saving": c.saving, "cost_per_token": c.cost_per_token,
                        "gpu_seconds_per_token": c.gpu_seconds_per_token, "eligible": c.eligible, "note": c.note,
                        "running": c.batch - 1.0, "gamma": c.gamma, "extrapolated_beyond": c.extrapolated_beyond,
-                       "step_increment": c.step_increment, "steps": c.steps}
+                       "step_increment": c.step_increment, "steps": c.steps, "predicted_tpot": c.predicted_tpot,
+                       "predicted_ttft": c.predicted_ttft, "meets_targets": c.meets_targets}
                       for c in d.costs],
             "affinity": None if self.affinity is None else {
                 "pool": self.affinity.placement.pool, "cached_tokens": self.affinity.cached_tokens,
@@ -143,8 +144,10 @@ class Planner:
         return self._policies.get(model or "", self._default_policy)
 
     def _gate_policy_of(self, config: ModelPolicy) -> GatePolicy:
+        seconds = lambda ms: None if ms is None else ms / 1000.0  # noqa: E731
         return GatePolicy(mode=config.mode, margin=config.margin, hysteresis=config.hysteresis,
-                          kv_cache_full=self.settings.kv_cache_full, kv_cache_ramp=self.settings.kv_cache_ramp)
+                          kv_cache_full=self.settings.kv_cache_full, kv_cache_ramp=self.settings.kv_cache_ramp,
+                          tpot_target=seconds(config.tpot_target_ms), ttft_target=seconds(config.ttft_target_ms))
 
     def plan(self, body: dict[str, Any], endpoint: str, serving: set[str] | None = None,
              context: int | None = None) -> Plan:

@@ -210,3 +210,43 @@ def test_an_idle_pool_costs_its_whole_step_and_a_busy_one_the_increment() -> Non
     assert tool.steps < estimate(body(tools=[TOOL], tool_choice="required", temperature=0)).expected_tokens.total / 3
     assert tool.step_increment == pytest.approx(step_seconds(CAL, spec, 1.0))
     assert step_seconds(CAL, spec, 1.0) > CAL.target_pass_seconds(1.0) * 2
+
+
+def _tool_call_with_spec_busy(policy: GatePolicy = GatePolicy()):  # type: ignore[no-untyped-def]
+    e = estimate(body(tools=[TOOL], tool_choice="required", temperature=0))
+    spec = PoolView("spec", "draft_model", gamma=8, running=40, max_num_seqs=48)
+    return decide(e, [spec, PoolView("plain", None, running=10)], CAL, policy)
+
+
+def test_a_request_goes_where_its_latency_target_holds_when_the_cheaper_pool_would_break_it() -> None:
+    """At 40 running a depth-8 round is dear, so the plain pool costs less GPU time; but the
+    speculation pool gives the faster tokens. A target between the two sends it there."""
+    free = _tool_call_with_spec_busy()
+    spec, plain = free.cost_of("spec"), free.cost_of("plain")
+    assert free.route == "plain" and plain.predicted_tpot > spec.predicted_tpot  # cheaper, but slower per token
+    between = (spec.predicted_tpot + plain.predicted_tpot) / 2
+    held = _tool_call_with_spec_busy(GatePolicy(tpot_target=between))
+    assert held.route == "spec" and held.cause == "latency_target"
+    assert held.cost_of("spec").meets_targets and not held.cost_of("plain").meets_targets
+    assert any(r.startswith("latency targets: plain would give") for r in held.reasons)
+    # a target both pools meet changes nothing: the cheaper pool keeps the request
+    loose = _tool_call_with_spec_busy(GatePolicy(tpot_target=2 * max(spec.predicted_tpot, plain.predicted_tpot),
+                                                 ttft_target=2 * max(spec.predicted_ttft, plain.predicted_ttft)))
+    assert loose.route == "plain" and loose.cause == "content"
+    # one neither meets: cost alone decides, and says so
+    tight = _tool_call_with_spec_busy(GatePolicy(tpot_target=spec.predicted_tpot / 10))
+    assert tight.route == "plain" and "no pool meets the latency targets: cost alone decides" in tight.reasons
+
+
+def test_a_time_to_first_token_target_counts_the_prefix_a_pool_holds() -> None:
+    """A long conversation's prefix is cached on one pool: only there is its first token quick."""
+    history = [{"role": "user", "content": "word " * 6000}, {"role": "assistant", "content": "ok"},
+               {"role": "user", "content": "call f"}]
+    e = estimate(body(tools=[TOOL], tool_choice="required", temperature=0, messages=history))
+    pools = [PoolView("spec", "draft_model", gamma=8), PoolView("plain", None)]
+    cached_on_plain = Affinity("plain", e.prompt_tokens - 10)
+    free = decide(e, pools, CAL, GatePolicy(), affinity=cached_on_plain)
+    ttft = {c.pool: c.predicted_ttft for c in free.costs}
+    assert ttft["plain"] < ttft["spec"] / 5
+    held = decide(e, pools, CAL, GatePolicy(ttft_target=(ttft["plain"] + ttft["spec"]) / 2), affinity=cached_on_plain)
+    assert held.route == "plain"

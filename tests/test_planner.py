@@ -86,3 +86,14 @@ def test_model_names_clients_send_are_kept_nowhere_by_the_gate() -> None:
     assert gk.gate_policy("other").mode == "auto" and gk.gate_policy(None).margin == 0.05
     kept = bytes_kept(lambda: [gk.gate_policy(f"{i}" + "m" * 100_000) for i in range(300)])
     assert kept < 1_000_000, kept
+
+
+def test_a_models_latency_targets_reach_the_gate_and_explain() -> None:
+    gate = planner(models={"Qwen/Qwen3-32B": {"tpot_target_ms": 0.001, "ttft_target_ms": 90000}})
+    assert gate.gate_policy("Qwen/Qwen3-32B").tpot_target == 1e-6
+    assert gate.gate_policy("Qwen/Qwen3-32B").ttft_target == 90.0
+    assert gate.gate_policy("another").tpot_target is None
+    explained = gate.plan({"model": "Qwen/Qwen3-32B", "messages": [{"role": "user", "content": "hi"}]},
+                          "chat").explain()
+    assert explained["pools"] and not any(p["meets_targets"] for p in explained["pools"])
+    assert "no pool meets the latency targets: cost alone decides" in explained["reasons"]

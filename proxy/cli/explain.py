@@ -60,7 +60,8 @@ def render(result: dict[str, Any]) -> str:
         "break-even w_S* " + (f"{break_even:.2f}" if break_even is not None else f"none: {result['break_even_note']}"),
         "pools:",
         *(f"  - {p['pool']}: saving {p['saving']:+.1%}, {p['cost_per_token'] * 1000:.2f} GPU-ms per token caused "
-          f"({p['steps']:.0f} steps, each {p['step_increment'] * 1000:.2f} ms dearer, {p['running']:.0f} running)"
+          f"({p['steps']:.0f} steps, adding {p['step_increment'] * 1000:.2f} ms to each, {p['running']:.0f} running; "
+          f"{p['predicted_tpot'] * 1000:.0f} ms per token{'' if p['meets_targets'] else ', misses a latency target'})"
           + (f" ({p['note']})" if p["note"] else "") for p in result["pools"]),
         "reasons:",
         *(f"  - {reason}" for reason in result["reasons"]),
