@@ -27,6 +27,7 @@ from draftgate.policy.calibration import Calibration
 from draftgate.policy.structure.estimates import StructureEstimate
 
 Mode = Literal["auto", "always_on", "always_off"]
+Objective = Literal["cost", "latency"]
 CAUSES = ("unsupported_sampling", "n_gt_1", "mode", "capacity", "latency_target", "hysteresis", "health")  # strongest first
 _AT_CAPACITY = "at capacity"  # a pool's note when every sequence slot is taken
 
@@ -63,6 +64,10 @@ class GatePolicy:
     # latency targets, seconds (None: none): a request goes where they hold when the cheaper pool would break one
     tpot_target: float | None = None
     ttft_target: float | None = None
+    # cost: the fewest busy GPU-seconds; latency: the fastest tokens, within gpu_budget (GPU-seconds per
+    # output token the request may cause) when one is set
+    objective: Objective = "cost"
+    gpu_budget: float | None = None
     # KV-cache usage from which a pool takes no marginal traffic: a new request there
     # would wait for free blocks, or make the scheduler preempt one that runs
     kv_cache_full: float = 0.95
@@ -276,8 +281,9 @@ def decide(
     if forced is not None:
         chosen = min(forced, key=lambda c: c.cost_per_token)
     else:
-        chosen = _cheapest(_within_targets(candidates, policy, reasons, causes), by_name, policy, previous, reasons,
-                           causes)
+        within = _within_targets(candidates, policy, reasons, causes)
+        chosen = (_fastest(within, policy, reasons) if policy.objective == "latency"
+                  else _cheapest(within, by_name, policy, previous, reasons, causes))
     best_spec = max(spec or [c for c in costs if by_name[c.pool].speculative] or [chosen], key=lambda c: c.saving)
     pool = by_name[chosen.pool]
     if pool.speculative:
@@ -337,6 +343,20 @@ def _within_targets(candidates: list[PoolCost], policy: GatePolicy, reasons: lis
         f"first" for c in missed) + _targets(policy))
     causes.add("latency_target")
     return meeting
+
+
+def _fastest(candidates: list[PoolCost], policy: GatePolicy, reasons: list[str]) -> PoolCost:
+    """``objective: latency``: the pool with the fastest predicted tokens among those within the
+    GPU budget (all of them when none is, or none is set)."""
+    affordable = [c for c in candidates if policy.gpu_budget is None or c.cost_per_token <= policy.gpu_budget]
+    if policy.gpu_budget is not None and len(affordable) < len(candidates):
+        reasons.append(f"GPU budget {policy.gpu_budget * 1000:.2f} ms per token: " + (", ".join(
+            f"{c.pool} would cause {c.cost_per_token * 1000:.2f}" for c in candidates if c not in affordable)
+            if affordable else "no pool is within it"))
+    chosen = min(affordable or candidates, key=lambda c: c.predicted_tpot)
+    reasons.append(f"objective latency: {chosen.pool} gives the fastest tokens, "
+                   f"{chosen.predicted_tpot * 1000:.0f} ms each")
+    return chosen
 
 
 def _targets(policy: GatePolicy) -> str:

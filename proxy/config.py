@@ -132,6 +132,11 @@ class ModelPolicy(BaseModel):
     ttft_target_ms: float | None = Field(
         None, gt=0.0, description="time to first token, the same way (the gate predicts prefill and a first step; "
                                   "a pool with no room takes no request)")
+    objective: Literal["cost", "latency"] = Field(
+        "cost", description="cost: the fewest busy GPU-seconds a request causes; latency: the fastest tokens, "
+                            "for operators who speculate to make answers faster")
+    gpu_budget_ms_per_token: float | None = Field(
+        None, gt=0.0, description="with objective latency: the most GPU time a request may cause per output token")
     latency_percentile: float = Field(
         99.0, gt=0.0, le=100.0, description="the percentile the targets are read at on the dashboard and by "
                                             "draftgate evaluate; the gate holds each request's predicted figure")

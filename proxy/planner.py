@@ -147,7 +147,8 @@ class Planner:
         seconds = lambda ms: None if ms is None else ms / 1000.0  # noqa: E731
         return GatePolicy(mode=config.mode, margin=config.margin, hysteresis=config.hysteresis,
                           kv_cache_full=self.settings.kv_cache_full, kv_cache_ramp=self.settings.kv_cache_ramp,
-                          tpot_target=seconds(config.tpot_target_ms), ttft_target=seconds(config.ttft_target_ms))
+                          tpot_target=seconds(config.tpot_target_ms), ttft_target=seconds(config.ttft_target_ms),
+                          objective=config.objective, gpu_budget=seconds(config.gpu_budget_ms_per_token))
 
     def plan(self, body: dict[str, Any], endpoint: str, serving: set[str] | None = None,
              context: int | None = None) -> Plan:

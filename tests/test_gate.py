@@ -250,3 +250,18 @@ def test_a_time_to_first_token_target_counts_the_prefix_a_pool_holds() -> None:
     assert ttft["plain"] < ttft["spec"] / 5
     held = decide(e, pools, CAL, GatePolicy(ttft_target=(ttft["plain"] + ttft["spec"]) / 2), affinity=cached_on_plain)
     assert held.route == "plain"
+
+
+def test_objective_latency_takes_the_fastest_tokens_within_a_gpu_budget() -> None:
+    """At 40 running the plain pool costs less and the speculation pool is faster (see above):
+    objective latency speculates, unless the budget rules the speculation pool out."""
+    free = _tool_call_with_spec_busy()
+    spec = free.cost_of("spec")
+    fast = _tool_call_with_spec_busy(GatePolicy(objective="latency"))
+    assert free.route == "plain" and fast.route == "spec"
+    assert any(r.startswith("objective latency: spec gives the fastest tokens") for r in fast.reasons)
+    tight = _tool_call_with_spec_busy(GatePolicy(objective="latency", gpu_budget=spec.cost_per_token * 0.9))
+    assert tight.route == "plain"
+    assert any(r.startswith("GPU budget") and "spec would cause" in r for r in tight.reasons)
+    roomy = _tool_call_with_spec_busy(GatePolicy(objective="latency", gpu_budget=spec.cost_per_token * 1.1))
+    assert roomy.route == "spec"
