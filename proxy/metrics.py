@@ -118,14 +118,15 @@ class ProxyMetrics:
         self.cost_predicted = Histogram("draftgate_predicted_net_cost_ratio",
                                         "Predicted cost per token with speculation over without (1 - saving).",
                                         per, buckets=_COST_RATIO_BUCKETS, registry=r)
-        self.cost_observed = Histogram("draftgate_observed_net_cost_ratio",
-                                       "Observed cost ratio (1 - saving), from acceptance through the cost model.",
-                                       per, buckets=_COST_RATIO_BUCKETS, registry=r)
+        self.cost_modelled = Histogram("draftgate_modelled_net_cost_ratio",
+                                       "Modelled cost ratio (1 - saving): the law at the observed acceptance, "
+                                       "not a measurement.", per, buckets=_COST_RATIO_BUCKETS, registry=r)
         self.saving_time = Gauge("draftgate_observed_time_saving_ratio",
-                                 "Saving measured from decode time per token, speculation pool against plain pool, "
-                                 "same class and load band.", ["model", "pool", "class", "load_band"], registry=r)
+                                 "Saving measured from time per output token, speculation pool against plain pool, "
+                                 "same class and load band (streams against streams, other answers against "
+                                 "their own kind).", ["model", "pool", "class", "load_band"], registry=r)
         self.drift = Gauge("draftgate_saving_drift_ratio",
-                           "Mean predicted minus observed saving over the last requests (drift window).",
+                           "Mean predicted minus measured saving over the last requests (drift window).",
                            ["model", "pool"], registry=r)
         self.tau_attributed = Gauge("draftgate_attributed_tau",
                                     "Per-class tau attributed from the pool's counters (no per-request metrics).",
@@ -136,10 +137,10 @@ class ProxyMetrics:
                               ["pool", "class"], buckets=_TTFT_BUCKETS, registry=r)
         self.tpot = Histogram("draftgate_decode_seconds_per_token", "Decode time per output token (streams).",
                               ["pool", "class", "load_band"], buckets=_TPOT_BUCKETS, registry=r)
-        self.gpu_saved = Counter("draftgate_gpu_seconds_saved", "GPU-seconds speculation saved (observed).",
-                                 ["model", "pool"], registry=r)
-        self.gpu_lost = Counter("draftgate_gpu_seconds_lost", "GPU-seconds speculation cost extra (observed).",
-                                ["model", "pool"], registry=r)
+        self.gpu_saved = Counter("draftgate_gpu_seconds_saved", "GPU-seconds speculation saved (measured from "
+                                 "time per token against the plain pool).", ["model", "pool"], registry=r)
+        self.gpu_lost = Counter("draftgate_gpu_seconds_lost", "GPU-seconds speculation cost extra (measured from "
+                                "time per token against the plain pool).", ["model", "pool"], registry=r)
         self.money_saved = Counter("draftgate_money_saved", "Net money saved at the configured GPU-hour price.",
                                    ["model", "pool", "currency"], registry=r)
         self.money_lost = Counter("draftgate_money_lost", "Money lost where speculation cost more.",

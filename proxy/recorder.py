@@ -6,9 +6,14 @@ the pool provides them; otherwise from the pool's counters, attributed to
 classes over scrape windows (sound only while this proxy sees all of the
 pool's traffic; with several proxy replicas, use per-request metrics or run
 the same regression in Prometheus over ``draftgate_output_tokens_total``).
-Observed saving is reported two ways: from acceptance through the cost model,
-and from decode time per token against the plain pool at the same class and
-load band.
+
+Observed saving is measured: time per output token on the speculation pool
+against the plain pool, same class and load band (streams: decode time after
+the first token; other answers: the whole request's time per token; each
+compared with its own kind), and the GPU-seconds and money counters and the
+drift gauge are worked out from it. The law evaluated at the observed
+acceptance is exported beside it as what it is, modelled
+(``draftgate_modelled_net_cost_ratio``).
 """
 
 from __future__ import annotations
@@ -67,7 +72,8 @@ class Recorder:
         self.window_tokens: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
         self.last_accepted: dict[str, float] = {}
         self.window_age: dict[str, int] = {}
-        self.tpot: dict[tuple[bool, str, str], float] = {}  # (speculative, class, band) -> EWMA s/token
+        # (speculative, class, band, streamed) -> EWMA seconds per output token
+        self.tpot: dict[tuple[bool, str, str, bool], float] = {}
         self.started = time.time()
         self.told_no_usage: set[str] = set()  # pools whose streams came without usage, once told
 
@@ -119,7 +125,7 @@ class Recorder:
                  measured: ObservedStructure) -> tuple[float | None, float | None]:
         """``model`` is the model's label value (ProxyMetrics.model_label)."""
         m = self.metrics
-        calibration, settings = self.planner.calibration, self.planner.settings
+        calibration = self.planner.calibration
         cls = plan.request_class
         labels = {"model": model, "pool": pool.name, "class": cls}
         m.ws_predicted.labels(**labels).observe(plan.estimate.w_s)
@@ -143,6 +149,7 @@ class Recorder:
             m.ws_break_even.labels(model=model, pool=pool.name).observe(plan.decision.break_even_ws)
         if not pool.speculative or cost is None or plan.estimate.speculation_unsupported:
             return None, None
+        self._count_measured_saving(model, pool.name, cls, band, batch, cost.saving, measured.total_tokens)
         mix = law.ClassMix(plan.estimate.w_s, plan.estimate.w_r, max(0.0, 1 - plan.estimate.w_s - plan.estimate.w_r))
         predicted_tau = 1.0 / sum(w / (cost.tau[c] + 1.0) for c, w in mix.items()) - 1.0
         m.tau_predicted.labels(**labels).observe(predicted_tau)
@@ -158,44 +165,64 @@ class Recorder:
         drafter = law.Drafter(spec.gamma, cal.delta(batch), spec.draft_cost if spec.draft_cost is not None
                               else cal.draft_cost)
         tau_obs = min(tau_obs, float(spec.gamma))
-        saving_obs = law.saving_from_tau(tau_obs, drafter)
+        modelled = law.saving_from_tau(tau_obs, drafter)
         m.tau_observed.labels(**labels, source=source).observe(tau_obs)
-        m.cost_observed.labels(**labels).observe(1.0 - saving_obs)
-        drift = self.drift[(model, pool.name)]
-        drift.append(cost.saving - saving_obs)
-        m.drift.labels(model=model, pool=pool.name).set(sum(drift) / len(drift))
-        gpu_seconds = measured.total_tokens * calibration.target_pass_seconds(batch) / batch * saving_obs
+        m.cost_modelled.labels(**labels).observe(1.0 - modelled)
+        return tau_obs, modelled
+
+    def _count_measured_saving(self, model: str, pool: str, cls: str, band: str, batch: float, predicted: float,
+                               tokens: float) -> None:
+        """The drift gauge and the GPU-seconds and money counters, from the measured saving of the
+        request's class and load band; nothing is counted until both pools have been timed there."""
+        timed = self._measured(cls, band)
+        if timed is None:
+            return
+        saving, plain_per_token = timed
+        m, settings = self.metrics, self.planner.settings
+        drift = self.drift[(model, pool)]
+        drift.append(predicted - saving)
+        m.drift.labels(model=model, pool=pool).set(sum(drift) / len(drift))
+        # a step's time is shared by the batch it serves: busy GPU-seconds per token are time per token over b
+        gpu_seconds = tokens * plain_per_token / batch * saving
         price = settings.price_per_gpu_hour
         money = abs(gpu_seconds) / 3600.0 * price
         if gpu_seconds >= 0:
-            m.gpu_saved.labels(model=model, pool=pool.name).inc(gpu_seconds)
+            m.gpu_saved.labels(model=model, pool=pool).inc(gpu_seconds)
             if price:
-                m.money_saved.labels(model=model, pool=pool.name, currency=settings.currency).inc(money)
+                m.money_saved.labels(model=model, pool=pool, currency=settings.currency).inc(money)
         else:
-            m.gpu_lost.labels(model=model, pool=pool.name).inc(-gpu_seconds)
+            m.gpu_lost.labels(model=model, pool=pool).inc(-gpu_seconds)
             if price:
-                m.money_lost.labels(model=model, pool=pool.name, currency=settings.currency).inc(money)
-        return tau_obs, saving_obs
+                m.money_lost.labels(model=model, pool=pool, currency=settings.currency).inc(money)
+
+    def _measured(self, cls: str, band: str) -> tuple[float, float] | None:
+        """(saving, plain seconds per token) from time, streams first, for a class and load band."""
+        for streamed in (True, False):
+            spec, plain = self.tpot.get((True, cls, band, streamed)), self.tpot.get((False, cls, band, streamed))
+            if spec is not None and plain is not None and plain > 0:
+                return 1.0 - spec / plain, plain
+        return None
 
     def _timing(self, observation: Observation, measured: ObservedStructure, pool: Pool, model: str, cls: str,
                 band: str) -> None:
         m = self.metrics
-        if observation.first_byte_at is None or observation.finished_at is None:
+        if observation.first_byte_at is None or observation.finished_at is None or measured.total_tokens < 2:
             return
         streamed = observation.finished_at > observation.first_byte_at
-        m.ttft.labels(pool=pool.name, **{"class": cls}).observe(observation.first_byte_at - observation.started)
-        if not streamed or measured.total_tokens < 2:
-            return
-        per_token = (observation.finished_at - observation.first_byte_at) / (measured.total_tokens - 1)
-        m.tpot.labels(pool=pool.name, **{"class": cls}, load_band=band).observe(per_token)
-        key = (pool.speculative, cls, band)
+        if streamed:
+            m.ttft.labels(pool=pool.name, **{"class": cls}).observe(observation.first_byte_at - observation.started)
+            per_token = (observation.finished_at - observation.first_byte_at) / (measured.total_tokens - 1)
+            m.tpot.labels(pool=pool.name, **{"class": cls}, load_band=band).observe(per_token)
+        else:  # one body: its whole time, prefill included, per token; compared with other whole answers only
+            per_token = (observation.finished_at - observation.started) / measured.total_tokens
+        key = (pool.speculative, cls, band, streamed)
         previous = self.tpot.get(key)
         self.tpot[key] = per_token if previous is None else previous + 0.1 * (per_token - previous)
-        spec, plain = self.tpot.get((True, cls, band)), self.tpot.get((False, cls, band))
-        if spec is not None and plain is not None and plain > 0:
+        timed = self._measured(cls, band)
+        if timed is not None:
             for p in self.pools:
                 if p.speculative:
-                    m.saving_time.labels(model=model, pool=p.name, **{"class": cls}, load_band=band).set(1 - spec / plain)
+                    m.saving_time.labels(model=model, pool=p.name, **{"class": cls}, load_band=band).set(timed[0])
 
     def _attributed_tau(self, pool: str, measured: ObservedStructure) -> float | None:
         replicas = self.pools.pools.get(pool)
@@ -309,5 +336,5 @@ class Recorder:
             record["completion_tokens"] = measured.total_tokens
         if tau_obs is not None:
             record["tau_observed"] = round(tau_obs, 3)
-            record["saving_observed"] = round(saving_obs or 0.0, 4)
+            record["saving_modelled"] = round(saving_obs or 0.0, 4)
         RequestLog.write(record)

@@ -51,7 +51,7 @@ def test_the_request_line_has_the_documented_fields_and_names_the_response(reque
     common = {"ts", "level", "logger", "message", "event"}
     assert set(line) - common <= documented, set(line) - common - documented
     # the optional ones are those a completed answer from a plain pool may lack
-    assert documented - set(line) <= {"tau_observed", "saving_observed"}, documented - set(line)
+    assert documented - set(line) <= {"tau_observed", "saving_modelled"}, documented - set(line)
     assert line["id"] == answer.json()["id"] and line["status"] == 200 and line["route"] == route
     # the caller's X-Request-Id reached vLLM, which named the response after it, and the line
     assert line["request_id"] == "lb-7f3a" and line["id"] == "chatcmpl-lb-7f3a"
