@@ -53,7 +53,7 @@ PANELS: list[tuple[str, str, list[tuple[str, str]], str]] = [
     ("GPU-hours saved (net, per hour)", "h", [
         ("{{pool}}", f'(sum by (pool) (increase(draftgate_gpu_seconds_saved_total{MP}[1h])) - '
                      f'sum by (pool) (increase(draftgate_gpu_seconds_lost_total{MP}[1h]))) / 3600'),
-    ], "Busy GPU-seconds per output token saved by speculation, from observed acceptance."),
+    ], "Busy GPU-seconds saved by speculation, measured from time per token against the plain pool."),
     ("Money saved (net, per hour)", "currencyUSD", [
         ("{{currency}}", f'sum by (currency) (increase(draftgate_money_saved_total{MP}[1h])) - '
                          f'sum by (currency) (increase(draftgate_money_lost_total{MP}[1h]))'),
