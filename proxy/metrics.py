@@ -25,6 +25,7 @@ disable_created_metrics()
 _OVERHEAD_BUCKETS = (0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1)
 _FRACTION_BUCKETS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 _TAU_BUCKETS = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 12.0, 16.0)
+_TOKEN_BUCKETS = (16, 64, 256, 1024, 4096, 16384, 65536)
 # Savings can be negative, and a histogram with negative buckets loses its _sum in the
 # exposition; so the distribution is of the net cost ratio 1 - saving, which is never negative.
 _COST_RATIO_BUCKETS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0)
@@ -108,6 +109,9 @@ class ProxyMetrics:
                                       per, buckets=_FRACTION_BUCKETS, registry=r)
         self.ws_observed = Histogram("draftgate_observed_schema_fraction", "Observed schema-bound share w_S.",
                                      per, buckets=_FRACTION_BUCKETS, registry=r)
+        self.request_tokens = Histogram("draftgate_request_tokens", "Prompt and output tokens of completed "
+                                        "requests, by request class (what draftgate plan sizes traffic from).",
+                                        ["model", "class", "kind"], buckets=_TOKEN_BUCKETS, registry=r)
         self.ws_break_even = Histogram("draftgate_break_even_schema_fraction",
                                        "Per-request break-even w_S* (span form) for its R:F split.", ["model", "pool"],
                                        buckets=_FRACTION_BUCKETS, registry=r)

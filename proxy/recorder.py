@@ -110,6 +110,9 @@ class Recorder:
                 tau_obs, saving_obs = self._observe(plan, model, pool, replica, observation, measured)
             prompt_tokens = observation.prompt_tokens or plan.estimate.prompt_tokens
             self.planner.learn(plan, measured, pool.name, replica.url, float(prompt_tokens))
+            tokens = m.request_tokens
+            tokens.labels(model=model, **{"class": plan.request_class}, kind="prompt").observe(float(prompt_tokens))
+            tokens.labels(model=model, **{"class": plan.request_class}, kind="output").observe(measured.total_tokens)
         if settings.log_requests and RequestLog.stream is not None:
             self._log(outcome, route, measured, tau_obs, saving_obs)
 

@@ -94,3 +94,36 @@ def test_draftgate_plan_refuses_a_log_without_traffic(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "draftgate.proxy.cli.main", "plan", "--from-log", str(log),
                            "--gpus", "2"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stderr.startswith("draftgate plan: error: ")
+
+
+def test_draftgate_plan_from_a_proxys_metrics_over_a_window() -> None:
+    import threading
+
+    with stack(42) as st:
+        stop = threading.Event()
+
+        def traffic_for_a_while() -> None:
+            with httpx.Client(timeout=60) as client:
+                i = 0
+                while not stop.is_set():
+                    body = ({"model": MODEL, "messages": [{"role": "user", "content": f"Weather in {i}?"}],
+                             "tools": [TOOL], "tool_choice": "required", "temperature": 0} if i % 2 == 0 else
+                            {"model": MODEL, "messages": [{"role": "user", "content": f"A story {i}"}],
+                             "max_tokens": 60, "temperature": 0})
+                    client.post(f"{st.proxy.url}/v1/chat/completions", json=body)
+                    i += 1
+
+        sender = threading.Thread(target=traffic_for_a_while)
+        sender.start()
+        try:
+            done = subprocess.run([sys.executable, "-m", "draftgate.proxy.cli.main", "plan", "--from-metrics",
+                                   st.proxy.url, "--window", "2", "--gpus", "2", "--json"],
+                                  capture_output=True, text=True, timeout=120)
+        finally:
+            stop.set()
+            sender.join()
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert set(result["classes"]) == {"tool", "prose"} and result["requests_per_second"] > 1
+    assert result["classes"]["prose"]["output_tokens"] == pytest.approx(60, rel=0.2)
+    assert result["classes"]["tool"]["prompt_tokens"] > 0

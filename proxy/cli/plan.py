@@ -1,7 +1,9 @@
 """``draftgate plan``: how to split N GPUs between the speculation and plain pools for the traffic seen.
 
-Reads the proxy's request log (``event: request`` lines: class, lengths, time),
-and the calibration and pools of a configuration file, and prints every split
+Reads the traffic from the proxy's request log (``event: request`` lines: class,
+lengths, time) or from its metrics (two scrapes a window apart:
+``draftgate_request_tokens`` and ``draftgate_observed_schema_fraction`` by
+request class), the calibration and pools of a configuration file, and prints every split
 with its busy GPU-seconds per output token and time per output token
 (``draftgate.policy.fleet`` says how they are worked out), the alternatives
 beside them: all GPUs speculating, all with vLLM's dynamic K when the
@@ -20,8 +22,12 @@ from draftgate.cli_error import CliError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--from-log", required=True, metavar="FILE",
-                        help="the proxy's log (JSON lines); its request lines describe the traffic")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--from-log", metavar="FILE", help="the proxy's log (JSON lines); its request lines "
+                                                           "describe the traffic")
+    source.add_argument("--from-metrics", metavar="URL", help="a proxy's base URL: its /metrics, scraped twice "
+                                                              "--window seconds apart, describe the traffic")
+    parser.add_argument("--window", type=float, default=60.0, help="seconds between the two scrapes (default 60)")
     parser.add_argument("--gpus", type=int, required=True, help="GPUs to split between the pools")
     parser.add_argument("--config", help="the proxy's configuration: calibration file, depth, max_num_seqs, "
                                          "dynamic K, latency target (defaults where omitted)")
@@ -29,12 +35,67 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the options as one JSON object")
 
 
-def traffic_from_log(path: Path, gamma: int, calibration: Any) -> Any:
-    """Request rate and, per request class, share, lengths and S/R/F mix from the log's request lines."""
+def _traffic(rate: float, per_class: dict[str, tuple[float, float, float, float]], gamma: int,
+             calibration: Any) -> Any:
+    """``per_class``: name -> (requests, mean output tokens, mean prompt tokens, mean w_S)."""
     from draftgate.policy import law
     from draftgate.policy.fleet import ClassTraffic, Traffic
     from draftgate.policy.gate import PoolView, predicted_taus
 
+    taus = predicted_taus(calibration, PoolView("spec-on", "draft_model", gamma=gamma), 0.0)
+    count = sum(n for n, _, _, _ in per_class.values())
+    classes = []
+    for name, (n, output, prompt, w_s) in sorted(per_class.items()):
+        rest = 1.0 - w_s
+        mix = law.ClassMix(w_s, rest if name == "reasoning" else 0.0, 0.0 if name == "reasoning" else rest)
+        classes.append(ClassTraffic(name, n / count, output, prompt, mix, taus))
+    return Traffic(rate, tuple(classes))
+
+
+def traffic_from_metrics(url: str, window: float, gamma: int, calibration: Any) -> Any:
+    """The same from two scrapes of a proxy's metrics ``window`` seconds apart."""
+    import time
+
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def scrape() -> dict[tuple[str, str, str], float]:
+        try:
+            text = httpx.get(f"{url.rstrip('/')}/metrics", timeout=30).text
+        except httpx.HTTPError as exc:
+            raise CliError(f"cannot read {url}/metrics: {type(exc).__name__} {exc}") from None
+        out: dict[tuple[str, str, str], float] = defaultdict(float)
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                cls = sample.labels.get("class", "")
+                if sample.name in ("draftgate_request_tokens_sum", "draftgate_request_tokens_count"):
+                    out[(sample.name, cls, sample.labels.get("kind", ""))] += sample.value
+                elif sample.name in ("draftgate_observed_schema_fraction_sum", "draftgate_observed_schema_fraction_count"):
+                    out[(sample.name, cls, "")] += sample.value
+        return out
+
+    first = scrape()
+    time.sleep(window)
+    second = scrape()
+    delta = {key: second[key] - first.get(key, 0.0) for key in second}
+    per_class = {}
+    for (name, cls, kind), n in delta.items():
+        if name != "draftgate_request_tokens_count" or kind != "output" or n <= 0:
+            continue
+        output = delta[("draftgate_request_tokens_sum", cls, "output")] / n
+        prompts = delta.get(("draftgate_request_tokens_count", cls, "prompt"), 0.0)
+        prompt = delta.get(("draftgate_request_tokens_sum", cls, "prompt"), 0.0) / prompts if prompts else 0.0
+        seen = delta.get(("draftgate_observed_schema_fraction_count", cls, ""), 0.0)
+        w_s = delta.get(("draftgate_observed_schema_fraction_sum", cls, ""), 0.0) / seen if seen else 0.0
+        per_class[cls] = (n, output, prompt, w_s)
+    count = sum(n for n, _, _, _ in per_class.values())
+    if count < 2:
+        raise CliError(f"{url} completed {count:.0f} request(s) in {window:g} s; the plan needs traffic to size")
+    return _traffic(count / window, per_class, gamma, calibration)
+
+
+def traffic_from_log(path: Path, gamma: int, calibration: Any) -> Any:
+    """Request rate and, per request class, share, lengths and S/R/F mix from the log's request lines."""
     rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
     times: list[float] = []
     try:
@@ -56,16 +117,12 @@ def traffic_from_log(path: Path, gamma: int, calibration: Any) -> Any:
     if count < 2:
         raise CliError(f"{path} has {count} completed request line(s); the plan needs traffic to size")
     span = max(1.0, max(times) - min(times))
-    taus = predicted_taus(calibration, PoolView("spec-on", "draft_model", gamma=gamma), 0.0)
-    classes = []
-    for name, found in sorted(rows.items()):
-        w_s = sum(float(r.get("w_s_observed") or 0.0) for r in found) / len(found)
-        rest = 1.0 - w_s
-        mix = law.ClassMix(w_s, rest if name == "reasoning" else 0.0, 0.0 if name == "reasoning" else rest)
-        classes.append(ClassTraffic(
-            name, len(found) / count, sum(float(r["completion_tokens"]) for r in found) / len(found),
-            sum(float(r.get("prompt_tokens") or 0.0) for r in found) / len(found), mix, taus))
-    return Traffic(count / span, tuple(classes))
+    per_class = {name: (float(len(found)),
+                        sum(float(r["completion_tokens"]) for r in found) / len(found),
+                        sum(float(r.get("prompt_tokens") or 0.0) for r in found) / len(found),
+                        sum(float(r.get("w_s_observed") or 0.0) for r in found) / len(found))
+                 for name, found in rows.items()}
+    return _traffic(count / span, per_class, gamma, calibration)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,7 +150,10 @@ def run(args: argparse.Namespace) -> int:
         target_ms = settings.default_policy.tpot_target_ms
     if args.tpot_target_ms is not None:
         target_ms = args.tpot_target_ms
-    traffic = traffic_from_log(Path(args.from_log), gamma, calibration)
+    if args.window <= 0:
+        raise CliError("--window must be above 0 seconds")
+    traffic = (traffic_from_log(Path(args.from_log), gamma, calibration) if args.from_log
+               else traffic_from_metrics(args.from_metrics, args.window, gamma, calibration))
     options = plan(traffic, calibration, args.gpus, gamma, plain_seqs, spec_seqs,
                    target_ms / 1000.0 if target_ms else None, dynamic)
     if args.json:
