@@ -39,6 +39,7 @@ class PoolTerms(_Strict):
     step_increment: float = Field(description="seconds the request would add to each of the pool's steps (an idle "
                                               "pool's whole step)")
     steps: float = Field(description="steps the request would run for there (fewer on a speculation pool)")
+    prefill_seconds: float = Field(description="GPU-seconds of its prefill there, less what the pool has cached")
     predicted_tpot: float = Field(description="seconds per output token the request would see there")
     predicted_ttft: float = Field(description="seconds to its first token there: its prefill and a first step")
     meets_targets: bool = Field(description="whether those meet the model's latency targets (true with none set)")

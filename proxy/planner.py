@@ -86,7 +86,8 @@ class Plan:
             "pools": [{"pool": c.pool, "saving": c.saving, "cost_per_token": c.cost_per_token,
                        "gpu_seconds_per_token": c.gpu_seconds_per_token, "eligible": c.eligible, "note": c.note,
                        "running": c.batch - 1.0, "gamma": c.gamma, "extrapolated_beyond": c.extrapolated_beyond,
-                       "step_increment": c.step_increment, "steps": c.steps, "predicted_tpot": c.predicted_tpot,
+                       "step_increment": c.step_increment, "steps": c.steps, "prefill_seconds": c.prefill_seconds,
+                       "predicted_tpot": c.predicted_tpot,
                        "predicted_ttft": c.predicted_ttft, "meets_targets": c.meets_targets}
                       for c in d.costs],
             "affinity": None if self.affinity is None else {

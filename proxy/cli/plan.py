@@ -184,6 +184,8 @@ def _report(traffic: Any, options: list[Any], gpus: int, target_ms: float | None
         on = ", ".join(o.speculated) if o.speculated and o.plain_gpus else ("everything" if o.speculated else "-")
         lines.append(f"  {'PLAN ' if o is best else '     '}{o.name:<44} {o.cost_per_token * 1000:8.3f} GPU-ms/token  "
                      f"{o.tpot * 1000:6.1f} ms/token  speculating: {on}" + (f"  ({'; '.join(notes)})" if notes else ""))
+    if not (best.feasible and best.meets_target):
+        lines.append("\nNo split carries this traffic within the target: more GPUs, or a looser target.")
     dynamic = next((o for o in options if o.name.startswith("all with dynamic K")), None)
     if dynamic is not None and dynamic.feasible and dynamic.cost_per_token <= best.cost_per_token * 1.02:
         lines.append("\nOne pool with dynamic K is as good as the split (within 2%): draftgate's split is not worth it "
