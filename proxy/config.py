@@ -138,8 +138,9 @@ class ModelPolicy(BaseModel):
     gpu_budget_ms_per_token: float | None = Field(
         None, gt=0.0, description="with objective latency: the most GPU time a request may cause per output token")
     latency_percentile: float = Field(
-        99.0, gt=0.0, le=100.0, description="the percentile the targets are read at on the dashboard and by "
-                                            "draftgate evaluate; the gate holds each request's predicted figure")
+        99.0, gt=0.0, le=100.0, description="the percentile the targets are meant at, to read them against the "
+                                            "dashboard's latency histograms; the gate holds each request's "
+                                            "predicted mean")
 
 
 class ProxySettings(BaseSettings):
