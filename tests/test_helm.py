@@ -216,3 +216,13 @@ def test_wrong_values_fail_at_install_with_a_clear_message(setting: str, needle:
     proc = subprocess.run([helm_binary(), "template", "dg", str(CHART), "--set", setting], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode != 0 and needle in proc.stderr, proc.stderr
+
+
+def test_latency_targets_and_the_objective_reach_the_proxy_from_values(tmp_path: Path) -> None:
+    docs = render(values={"config": {"defaultPolicy": {"mode": "auto", "tpot_target_ms": 60, "ttft_target_ms": 2000,
+                                                       "objective": "latency", "gpu_budget_ms_per_token": 30}}})
+    config = next(d for d in docs if d["kind"] == "ConfigMap" and "draftgate.yaml" in d["data"])
+    (tmp_path / "draftgate.yaml").write_text(config["data"]["draftgate.yaml"])
+    policy = load_settings(tmp_path / "draftgate.yaml").default_policy
+    assert (policy.tpot_target_ms, policy.ttft_target_ms, policy.objective) == (60, 2000, "latency")
+    assert policy.gpu_budget_ms_per_token == 30
