@@ -28,8 +28,8 @@ import httpx
 import yaml
 
 from draftgate.calibrate.short import short_calibration
+from draftgate.emulator import truth
 from draftgate.evaluate.bench import calibration_arms
-from draftgate.evaluate.replay import TRUTH_HEADER
 from draftgate.servers import ServerProcess
 from draftgate.workloads import mix
 
@@ -73,7 +73,7 @@ def cost(client: httpx.Client, url: str, body: dict[str, Any]) -> float:
     client.post(f"{url}/reset_prefix_cache")
     response = client.post(f"{url}/v1/chat/completions", json=body)
     response.raise_for_status()
-    return float(dict(p.split("=") for p in response.headers[TRUTH_HEADER].split("; "))["gpu_seconds"])
+    return truth.read(response.headers[truth.HEADER])["gpu_seconds"]
 
 
 def measure(seed: int, per_kind: int) -> dict[str, dict[str, list[tuple[str, float, float]]]]:

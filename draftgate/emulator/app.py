@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from draftgate.emulator import wire
+from draftgate.emulator import truth, wire
 from draftgate.emulator.debug import debug_routes
 from draftgate.emulator.engine import Engine, Sequence, SpecConfig
 from draftgate.emulator.faults import CutShort, Faults
@@ -72,17 +72,11 @@ class EmulatorConfig:
     responses_store: bool = False  # vLLM's VLLM_ENABLE_RESPONSES_API_STORE
 
 
-# Not vLLM's: what the request cost on this emulated GPU, in simulated seconds, for an evaluation
-# to read beside the answer (a proxy relays it). Absent on streams, whose headers go first.
-TRUTH_HEADER = "x-emulator-truth"
-
-
-def truth_header(seqs: list[Sequence]) -> str:
-    """``gpu_seconds=..; ttft=..; tpot=..; tokens=..`` over the request's sequences."""
+def request_truth(seqs: list[Sequence]) -> dict[str, float]:
+    """The ground truth of a request over its sequences (``truth.HEADER``)."""
     each = [s.truth() for s in seqs]
-    summed = {"gpu_seconds": sum(t["gpu_seconds"] for t in each), "ttft": max(t["ttft"] for t in each),
-              "tpot": max(t["tpot"] for t in each), "tokens": sum(t["tokens"] for t in each)}
-    return "; ".join(f"{k}={v:.6g}" for k, v in summed.items())
+    return {"gpu_seconds": sum(t["gpu_seconds"] for t in each), "ttft": max(t["ttft"] for t in each),
+            "tpot": max(t["tpot"] for t in each), "tokens": sum(t["tokens"] for t in each)}
 
 
 class Emulator:
@@ -199,7 +193,7 @@ class Emulator:
         answer = self._final_body(rid, body, endpoint, seqs, gens, prompt_len)
         if faults.cut_answer_short:
             return CutShort(answer)
-        return JSONResponse(answer, headers={TRUTH_HEADER: truth_header(seqs)})
+        return JSONResponse(answer, headers={truth.HEADER: truth.write(request_truth(seqs))})
 
     async def _read_object(self, request: Request) -> dict[str, Any]:
         """A JSON object body naming this model (or none), as every POST route needs it."""

@@ -18,9 +18,8 @@ from typing import Any
 
 import httpx
 
+from draftgate.emulator import truth
 from draftgate.workloads.mix import Item
-
-TRUTH_HEADER = "x-emulator-truth"
 
 
 @dataclass(frozen=True)
@@ -43,20 +42,16 @@ def _check(response: httpx.Response, url: str, key: str) -> None:
         raise ReplayError(f"{url} answered {response.status_code} to request {key}")
 
 
-def _truth(header: str) -> dict[str, float]:
-    return {k: float(v) for k, v in (part.split("=", 1) for part in header.split("; "))}
-
-
 async def _send(client: httpx.AsyncClient, url: str, body: dict[str, Any], key: str, kind: str,
                 streamed: bool) -> Measured:
     """One request; a failure raises, because a verdict with silent gaps would flatter someone."""
     if not streamed:
         response = await client.post(f"{url}/v1/chat/completions", json=body)
         _check(response, url, key)
-        if TRUTH_HEADER not in response.headers:
-            raise ReplayError(f"{url} sent no {TRUTH_HEADER} header: is it an emulated pool?")
-        truth = _truth(response.headers[TRUTH_HEADER])
-        return Measured(key, kind, int(truth["tokens"]), truth["gpu_seconds"], truth["ttft"], truth["tpot"],
+        if truth.HEADER not in response.headers:
+            raise ReplayError(f"{url} sent no {truth.HEADER} header: is it an emulated pool?")
+        known = truth.read(response.headers[truth.HEADER])
+        return Measured(key, kind, int(known["tokens"]), known["gpu_seconds"], known["ttft"], known["tpot"],
                         response.headers.get("x-draftgate-route", ""))
     started = time.perf_counter()
     first = last = None
