@@ -181,8 +181,7 @@ def test_a_dynamic_k_pool_at_a_depth_of_zero_is_priced_as_plain() -> None:
 def test_a_pool_with_room_takes_the_request_while_joining_it_costs_less_than_waking_the_idle_one() -> None:
     """The gate prices the GPU time a request causes: joining a busy speculation pool costs the
     step's increment, waking the idle plain pool its whole step; so a tool call is not shed
-    while the speculation pool has room (it was, from 8 running, when batch-weighted slot-seconds
-    were the price)."""
+    while the speculation pool has room."""
     e = estimate(body(tools=[TOOL], tool_choice="required", temperature=0))
     for running in range(0, 48):
         spec = PoolView("spec", "draft_model", gamma=8, running=running, max_num_seqs=48)

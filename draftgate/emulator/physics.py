@@ -72,30 +72,26 @@ def step_time(profile: EngineProfile, works: Sequence[Work], method: str | None,
     flops = gpu.bf16_flops * profile.efficiency.compute
     seconds, charges = _pass(target, [(w.context, w.new_tokens) for w in works], bandwidth, flops)
     overhead = profile.efficiency.step_overhead_seconds
+    drafter = profile.drafter(method) if method is not None else None
+    model = drafter.shape if drafter is not None else None  # None: no drafter, or a lookup
+    draft_bandwidth = gpu.hbm_bytes_per_second * drafter.bandwidth_efficiency if drafter is not None else 0.0
     drafting = [i for i, w in enumerate(works) if w.draft_len > 0]
-    if method is not None and drafting:
+    if drafter is not None and drafting:
         overhead += profile.efficiency.spec_round_overhead_seconds
-        drafter = profile.drafter(method)
-        if drafter.shape is not None:
-            draft_bandwidth = gpu.hbm_bytes_per_second * drafter.bandwidth_efficiency
-            # the drafter runs one pass per draft position, each over the sequences still drafting
-            for position in range(max(works[i].draft_len for i in drafting)):
-                still = [i for i in drafting if works[i].draft_len > position]
-                pass_seconds, shares = _pass(drafter.shape, [(works[i].context + position, 1) for i in still],
-                                             draft_bandwidth, flops, drafter.attention_heads)
-                pass_seconds += drafter.pass_overhead_seconds
-                seconds += pass_seconds
-                for i, share in zip(still, shares):
-                    charges[i] += share + drafter.pass_overhead_seconds / len(still)
-        else:
+        if model is None:
             overhead += drafter.pass_overhead_seconds  # a lookup in the prompt: no GPU pass
+        # a model drafter runs one pass per draft position, each over the sequences still drafting
+        for position in range(max(works[i].draft_len for i in drafting) if model is not None else 0):
+            still = [i for i in drafting if works[i].draft_len > position]
+            pass_seconds, shares = _pass(model, [(works[i].context + position, 1) for i in still],
+                                         draft_bandwidth, flops, drafter.attention_heads)
+            seconds += pass_seconds + drafter.pass_overhead_seconds
+            for i, share in zip(still, shares):
+                charges[i] += share + drafter.pass_overhead_seconds / len(still)
     prefilling = [i for i, w in enumerate(works) if w.draft_prefill > 0]
-    if prefilling and method is not None and profile.drafter(method).shape is not None:
-        drafter = profile.drafter(method)
-        assert drafter.shape is not None  # checked just above
-        pre_seconds, shares = _pass(drafter.shape, [(works[i].context, works[i].draft_prefill) for i in prefilling],
-                                    gpu.hbm_bytes_per_second * drafter.bandwidth_efficiency, flops,
-                                    drafter.attention_heads)
+    if model is not None and drafter is not None and prefilling:
+        pre_seconds, shares = _pass(model, [(works[i].context, works[i].draft_prefill) for i in prefilling],
+                                    draft_bandwidth, flops, drafter.attention_heads)
         seconds += pre_seconds
         for i, share in zip(prefilling, shares):
             charges[i] += share
