@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 
 from bench.bench_proxy import cpu_seconds
-from draftgate.servers import ServerProcess
+from draftgate.servers import NO_THINKING, ServerProcess
 
 MODEL = "Qwen/Qwen3-32B"
 TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -81,7 +81,7 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=800)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    emulate = ["emulate", "--enable-force-include-usage", "--time-scale", "0.03"]
+    emulate = ["emulate", "--enable-force-include-usage", "--time-scale", "0.03", *NO_THINKING]
     speculative = ["--speculative-config", '{"method": "draft_model", "num_speculative_tokens": 8}',
                    "--per-request-spec-decode-metrics", "summary"]
     print(f"{'round':>5} {'path':>7} {'last ms':>8} {'p50 ms':>8} {'events':>7} {'reads':>7} {'ev/read':>8} "

@@ -30,7 +30,7 @@ import httpx
 
 from bench.bench_proxy import pct, route_of
 from draftgate.proxy.monitor import parse_vllm_metrics
-from draftgate.servers import ServerProcess
+from draftgate.servers import NO_THINKING, ServerProcess
 
 TARGET_MS = 200.0
 POLL_SECONDS = 0.005
@@ -91,7 +91,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=20)
     args = parser.parse_args()
-    emulate = ["emulate", "--enable-force-include-usage", "--time-scale", "0.2"]
+    emulate = ["emulate", "--enable-force-include-usage", "--time-scale", "0.2", *NO_THINKING]
     speculative = ["--speculative-config", '{"method": "draft_model", "num_speculative_tokens": 8}',
                    "--per-request-spec-decode-metrics", "summary"]
     with ServerProcess(emulate + speculative) as on, ServerProcess(emulate) as off:

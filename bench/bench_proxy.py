@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 
 from draftgate.proxy.upstream import Origin
-from draftgate.servers import ServerProcess
+from draftgate.servers import NO_THINKING, ServerProcess
 
 HEADERS = [(b"content-type", b"application/json")]
 
@@ -109,7 +109,8 @@ def main() -> None:
     for label, body, rate, seconds, scale in (
             ("non-streamed", BODY, args.rate, args.seconds, "0.002"),
             ("streamed 256 tok", STREAM_BODY, args.stream_rate, args.stream_seconds, "0.1")):
-        emulate = ["emulate", "--enable-force-include-usage", "--time-scale", scale, "--max-num-seqs", "1024"]
+        emulate = ["emulate", "--enable-force-include-usage", "--time-scale", scale, "--max-num-seqs", "1024",
+                   *NO_THINKING]
         speculative = ["--speculative-config", '{"method": "draft_model", "num_speculative_tokens": 8}',
                        "--per-request-spec-decode-metrics", "summary"]
         with ServerProcess(emulate + speculative) as on, ServerProcess(emulate) as off:

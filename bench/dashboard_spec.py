@@ -85,6 +85,12 @@ PANELS: list[tuple[str, str, list[tuple[str, str]], str]] = [
         ("drift {{pool}}", f'draftgate_saving_drift_ratio{MP}'),
         ("on defaults", f'max(draftgate_calibration_is_default{M})'),
     ], "Predicted minus observed saving (alert above 0.15); 1 while no calibration file is loaded."),
+    ("Routing regret (estimated from exploration)", "percentunit", [
+        ("{{class}}", f"sum by (class) (rate(draftgate_routing_regret_gpu_seconds_total{M}[1h])) / "
+                      f"sum by (class) (rate(draftgate_routed_gpu_seconds_total{M}[1h]))"),
+    ], "Share of the gated requests' GPU time spent over the kind of pool that was cheaper for their class and "
+       "load band, as the exploration share measures both kinds. A request that would have paid elsewhere within "
+       "its class is not seen; bench/routing_regret.py measures that against ground truth."),
 ]
 
 

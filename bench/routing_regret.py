@@ -8,9 +8,12 @@ the gate would send it, with the default calibration and with one calibrated on
 the calibration split; the request then runs on the speculation pool and on the
 plain pool, one at a time, and the emulator's ground truth says what it cost on
 each. Printed per workload: the share sent to speculation, the share sent to the
-dearer pool, and the gate's cost over the per-request oracle. This is the
-estimator's accuracy as the gate uses it: a call probability of 0.45 that routes a
-tool call to the plain pool is a miss however close it is to 0.5.
+dearer pool, the gate's cost over the per-request oracle and over the better
+of the two pools for the whole workload, and the median error of the output
+length the estimate gives the outcome that came (a call, or a plain answer).
+This is the estimator's accuracy as the gate uses it: a call probability of
+0.45 that routes a tool call to the plain pool is a miss however close it is
+to 0.5.
 """
 
 from __future__ import annotations
@@ -69,18 +72,26 @@ def gate(on: str, off: str, calibration: Path | None, folder: Path) -> Iterator[
         yield proxy.url
 
 
-def cost(client: httpx.Client, url: str, body: dict[str, Any]) -> float:
+def cost(client: httpx.Client, url: str, body: dict[str, Any]) -> tuple[float, float, bool]:
+    """The busy GPU-seconds ``body`` causes on the server at ``url``, its output tokens, and
+    whether it called a tool."""
     client.post(f"{url}/reset_prefix_cache")
     response = client.post(f"{url}/v1/chat/completions", json=body)
     response.raise_for_status()
-    return truth.read(response.headers[truth.HEADER])["gpu_seconds"]
+    said = truth.read(response.headers[truth.HEADER])
+    called = bool(response.json()["choices"][0]["message"].get("tool_calls"))
+    return said["gpu_seconds"], said["tokens"], called
 
 
-def measure(seed: int, per_kind: int) -> dict[str, dict[str, list[tuple[str, float, float]]]]:
-    """calibration -> workload -> [(route, cost on spec, cost plain)]."""
+# route, cost on spec, cost plain, the output's tokens as expected for the outcome that came, its tokens
+Row = tuple[str, float, float, float, float]
+
+
+def measure(seed: int, per_kind: int) -> dict[str, dict[str, list[Row]]]:
+    """calibration -> workload -> [(route, cost on spec, cost plain, expected tokens, tokens)]."""
     common = ["emulate", "--enable-force-include-usage", "--time-scale", "0.02", "--profile-seed", str(seed),
               "--seed", str(seed)]
-    out: dict[str, dict[str, list[tuple[str, float, float]]]] = {}
+    out: dict[str, dict[str, list[Row]]] = {}
     with ServerProcess([*common, "--speculative-config", SPEC]) as on, ServerProcess(common) as off, \
             tempfile.TemporaryDirectory() as tmp, httpx.Client(timeout=600) as client:
         folder = Path(tmp)
@@ -90,9 +101,11 @@ def measure(seed: int, per_kind: int) -> dict[str, dict[str, list[tuple[str, flo
         for label, calibration in (("default calibration", None), ("calibrated", folder / "cal.yaml")):
             with gate(on.url, off.url, calibration, folder) as proxy:
                 rows = out.setdefault(label, defaultdict(list))
-                for (name, _, body), (spec, plain) in zip(work, costs):
-                    route = client.post(f"{proxy}/draftgate/explain", json=body).json()["route"]
-                    rows[name].append((route, spec, plain))
+                for (name, _, body), ((spec, tokens, called), (plain, _, _)) in zip(work, costs):
+                    said = client.post(f"{proxy}/draftgate/explain", json=body).raise_for_status().json()
+                    # the length the estimate gives the outcome that came: a call's, or a plain answer's
+                    expected = sum(said["if_call" if called else "if_answer"].values())
+                    rows[name].append((said["route"], spec, plain, expected, tokens))
     return out
 
 
@@ -101,13 +114,14 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--per-kind", type=int, default=24, help="items per workload and seed")
     args = parser.parse_args()
-    merged: dict[str, dict[str, list[tuple[str, float, float]]]] = {}
+    merged: dict[str, dict[str, list[Row]]] = {}
     for seed in range(1, args.seeds + 1):
         for label, rows in measure(seed, args.per_kind).items():
             for name, values in rows.items():
                 merged.setdefault(label, defaultdict(list))[name] += values
     print(f"Routing regret against the emulator's ground truth, {args.seeds} seeds, one request at a time\n")
-    header = f"{'workload':<30} {'requests':>8} {'to spec':>8} {'dearer pool':>11} {'over oracle':>11}"
+    header = (f"{'workload':<30} {'requests':>8} {'to spec':>8} {'dearer pool':>11} {'over oracle':>11} "
+              f"{'over best pool':>14} {'length error':>12}")
     for label, rows in merged.items():
         print(f"{label}:\n{header}")
         every = []
@@ -117,12 +131,18 @@ def main() -> None:
         print(line("all", every) + "\n")
 
 
-def line(name: str, rows: list[tuple[str, float, float]]) -> str:
-    to_spec = sum(route == "spec-on" for route, _, _ in rows) / len(rows)
-    chosen = [spec if route == "spec-on" else plain for route, spec, plain in rows]
-    best = [min(spec, plain) for _, spec, plain in rows]
+def line(name: str, rows: list[Row]) -> str:
+    """One workload: share sent to speculation, share sent to the dearer pool, cost over the
+    per-request oracle and over the better of the two pools for the whole workload, and the
+    median relative error of the expected length of the outcome that came."""
+    to_spec = sum(row[0] == "spec-on" for row in rows) / len(rows)
+    chosen = [spec if route == "spec-on" else plain for route, spec, plain, _, _ in rows]
+    best = [min(row[1], row[2]) for row in rows]
     dearer = sum(c > b * 1.0001 for c, b in zip(chosen, best)) / len(rows)
-    return f"{name:<30} {len(rows):>8} {to_spec:>8.0%} {dearer:>11.0%} {sum(chosen) / sum(best) - 1:>+11.1%}"
+    best_pool = min(sum(row[1] for row in rows), sum(row[2] for row in rows))
+    errors = sorted(abs(expected - tokens) / max(tokens, 1.0) for _, _, _, expected, tokens in rows)
+    return (f"{name:<30} {len(rows):>8} {to_spec:>8.0%} {dearer:>11.0%} {sum(chosen) / sum(best) - 1:>+11.1%} "
+            f"{sum(chosen) / best_pool - 1:>+14.1%} {errors[len(errors) // 2]:>12.0%}")
 
 
 if __name__ == "__main__":

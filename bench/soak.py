@@ -45,7 +45,7 @@ import httpx
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from draftgate.servers import ServerProcess, free_port, wait_healthy
+from draftgate.servers import NO_THINKING, ServerProcess, free_port, wait_healthy
 
 MODEL = "Qwen/Qwen3-32B"
 SPECULATIVE = ["--speculative-config", '{"method": "draft_model", "num_speculative_tokens": 8}',
@@ -156,7 +156,7 @@ class Replica:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.args = ["emulate", "--enable-force-include-usage", "--seed", str(seed), "--time-scale", str(time_scale),
-                     "--max-num-seqs", "64", *(SPECULATIVE if pool == "spec-on" else [])]
+                     "--max-num-seqs", "64", *NO_THINKING, *(SPECULATIVE if pool == "spec-on" else [])]
         self.server: ServerProcess | None = None
 
     def start(self) -> None:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_proxy import BODY, load, pct
-from draftgate.servers import ServerProcess
+from draftgate.servers import NO_THINKING, ServerProcess
 
 # stage name -> what it spans; printed in this order
 STAGES = {
@@ -166,7 +166,8 @@ def main() -> None:
     if args.serve_traced:
         serve_traced(Path(args.serve_traced), rest)
         return
-    emulate = ["emulate", "--enable-force-include-usage", "--time-scale", "0.002", "--max-num-seqs", "1024"]
+    emulate = ["emulate", "--enable-force-include-usage", "--time-scale", "0.002", "--max-num-seqs", "1024",
+               *NO_THINKING]
     out = Path(tempfile.gettempdir()) / f"draftgate-trace-{os.getpid()}.json"
     with ServerProcess(emulate) as on, ServerProcess(emulate) as off:
         proxy = ServerProcess(["--serve-traced", str(out), "serve", "--spec-on", on.url, "--spec-off", off.url],

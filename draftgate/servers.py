@@ -18,6 +18,10 @@ from typing import Any
 import httpx
 import uvicorn
 
+# vllm serve's arguments that make Qwen3 answer without thinking unless a request asks:
+# for emulated pools serving traffic that does not set the switch itself
+NO_THINKING = ("--default-chat-template-kwargs", '{"enable_thinking": false}')
+
 
 def free_port() -> int:
     with socket.socket() as s:

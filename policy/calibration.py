@@ -39,9 +39,13 @@ T = TypeVar("T")
 # Defaults, with where they come from. Each is shown as a default wherever it is used.
 DEFAULT_MODEL = "Qwen/Qwen3-32B"
 DEFAULT_KAPPA = 0.9  # same-family 4B draft for a 32B target (source paper)
-DEFAULT_RHO_GREEDY = {"s": 0.95, "r": 0.55, "f": 0.35}  # class-mean exp(-H) at temperature 0
-# At the Qwen3 sampling default (0.6) prose acceptance drops sharply; schema barely moves.
-DEFAULT_RHO_SAMPLED = {"s": 0.93, "r": 0.45, "f": 0.25}
+# Class predictabilities chosen so that alpha = 1 - kappa*(1 - rho) is the per-token
+# acceptance published for same-family drafts (docs/model.md, "Defaults"): at
+# temperature 0, schema-bound 0.95, reasoning 0.78, chat prose 0.65.
+DEFAULT_RHO_GREEDY = {"s": 0.944, "r": 0.756, "f": 0.611}
+# At Qwen3's sampling default (0.6) acceptance falls a little on text, hardly on schema:
+# alpha 0.93, 0.72 and 0.58.
+DEFAULT_RHO_SAMPLED = {"s": 0.922, "r": 0.689, "f": 0.533}
 DEFAULT_SAMPLED_TEMPERATURE = 0.6
 # Draft cost per pass relative to the target: parameter ratio 1/8 for 4B/32B, but a
 # small model uses the bandwidth worse; expect 0.2-0.3 at batch 1 (docs/model.md).

@@ -24,7 +24,7 @@ from typing import Literal
 
 from draftgate.policy import law
 from draftgate.policy.calibration import Calibration
-from draftgate.policy.structure.estimates import StructureEstimate
+from draftgate.policy.structure.estimates import ClassTokens, StructureEstimate
 
 Mode = Literal["auto", "always_on", "always_off"]
 Objective = Literal["cost", "latency"]
@@ -104,6 +104,9 @@ class PoolCost:
     predicted_tpot: float = 0.0  # seconds per output token it would see here: a step per steps/tokens
     predicted_ttft: float = 0.0  # its prefill and a first step (a queue is not predicted: a full pool takes none)
     meets_targets: bool = True
+    # when the answer may be a call or prose: the busy GPU-seconds each outcome would cause
+    # here, ((outcome, seconds), ...); the expectation over them is what is minimised
+    outcome_seconds: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)  # no slots: break_even is remembered in a cached_property
@@ -138,8 +141,9 @@ class Decision:
 
 
 def predicted_taus(calibration: Calibration, pool: PoolView, temperature: float) -> dict[str, float]:
-    """Per-class tau on a pool: measured values at temperature 0 when calibration has
-    them, else the law from kappa and the class predictabilities at this temperature.
+    """Per-class tau on a pool: the law from kappa and the class predictabilities at this
+    temperature, or, when calibration measured tau at temperature 0, that measure moved
+    by the law's change from temperature 0 to this one.
 
     Derived once per calibration, pool and temperature; the result is shared: read it only.
     """
@@ -149,10 +153,20 @@ def predicted_taus(calibration: Calibration, pool: PoolView, temperature: float)
 
 def _predicted_taus(calibration: Calibration, pool: PoolView, temperature: float) -> dict[str, float]:
     measured = calibration.pool(pool.name, pool.gamma, pool.method).tau_greedy
-    if measured is not None and temperature <= 1e-5:
-        return {c: min(float(pool.gamma), measured.of(c)) for c in "srf"}
+    taus = _law_taus(calibration, pool.gamma, temperature)
+    if measured is None:
+        return taus
+    # Measured at temperature 0, and carried to this one by the law's trend: a class's tokens
+    # are not equally predictable (a call's keys are near-certain, its values are not), and
+    # one acceptance per class overstates the runs such a mix gives, which the measure has.
+    greedy = taus if temperature <= 1e-5 else _law_taus(calibration, pool.gamma, 0.0)
+    return {c: min(float(pool.gamma), measured.of(c) * (taus[c] / greedy[c] if greedy[c] > 0 else 1.0))
+            for c in "srf"}
+
+
+def _law_taus(calibration: Calibration, gamma: int, temperature: float) -> dict[str, float]:
     rho = calibration.rho_at(temperature)
-    return {c: law.tau(law.acceptance(rho.of(c), calibration.kappa), pool.gamma) for c in "srf"}
+    return {c: law.tau(law.acceptance(rho.of(c), calibration.kappa), gamma) for c in "srf"}
 
 
 def pool_cost(
@@ -187,6 +201,11 @@ def pool_cost(
     step = step_seconds(calibration, pool, batch)
     increment = step if pool.running < 1.0 else max(0.0, step - step_seconds(calibration, pool, pool.running))
     decode = tokens * c_t * (1.0 - saving)
+    outcomes: tuple[tuple[str, float], ...] = ()
+    if estimate.uncertain:
+        speculated = saving != 0.0
+        outcomes = tuple((name, _outcome_steps(split, estimate.sequences, taus if speculated else None) * increment
+                          + prefill) for name, split in (("call", estimate.if_call), ("answer", estimate.if_answer)))
     tpot = step * steps / tokens
     ttft = prefill + step
     meets = ((policy.tpot_target is None or tpot <= policy.tpot_target)
@@ -212,7 +231,16 @@ def pool_cost(
         predicted_tpot=tpot,
         predicted_ttft=ttft,
         meets_targets=meets,
+        outcome_seconds=outcomes,
     )
+
+
+def _outcome_steps(split: ClassTokens, sequences: int, taus: dict[str, float] | None) -> float:
+    """Steps one outcome runs for: a token a step, or on a speculation pool (``taus``)
+    the span form's rounds."""
+    if taus is None:
+        return split.total * sequences
+    return sequences * (split.s / (taus["s"] + 1.0) + split.r / (taus["r"] + 1.0) + split.f / (taus["f"] + 1.0))
 
 
 def step_seconds(calibration: Calibration, pool: PoolView, running: float) -> float:

@@ -43,6 +43,9 @@ class PoolTerms(_Strict):
     predicted_tpot: float = Field(description="seconds per output token the request would see there")
     predicted_ttft: float = Field(description="seconds to its first token there: its prefill and a first step")
     meets_targets: bool = Field(description="whether those meet the model's latency targets (true with none set)")
+    if_call_seconds: float | None = Field(description="busy GPU-seconds the request would cause there if it calls "
+                                                      "a tool (when it may call one or answer in prose)")
+    if_answer_seconds: float | None = Field(description="the same if it answers without a call")
 
 
 class AffinityMatch(_Strict):
@@ -69,6 +72,11 @@ class Explanation(_Strict):
     thinking: bool
     prompts: int
     reasoning_hidden: bool
+    if_call: ClassTokens = Field(description="one output's tokens if the model calls a tool, before caps")
+    if_answer: ClassTokens = Field(description="one output's tokens if it answers without a call, before caps")
+    confidence: float = Field(description="the share of the estimate that rests on earlier responses of the "
+                                          "request's shape (0: the priors alone)")
+    observations: int = Field(description="earlier responses of the request's shape that the estimate learned from")
     route: str = Field(description="the pool the request would go to")
     predicted_saving: float
     predicted_tau: dict[str, float]

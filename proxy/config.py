@@ -77,9 +77,10 @@ class PoolConfig(BaseModel):
     dns_refresh_seconds: float = Field(0.0, ge=0.0, description="re-resolve hostnames (headless Service); 0 = off")
     speculation: SpeculationConfig | None = Field(None, description="how the pool speculates; omitted: a plain pool")
     max_num_seqs: int = Field(256, ge=1, description="per replica, as the server was started")
-    sampling_defaults: SamplingDefaults = Field(
-        SamplingDefaults(), description="what the pool's server applies when a client omits a setting (the model's "
-                                        "generation config: Qwen3's sets temperature 0.6)")
+    sampling_defaults: SamplingDefaults | None = Field(
+        None, description="what the pool's server applies when a client omits a setting (the model's generation "
+                          "config); unset: the model family's where draftgate knows it (Qwen3: temperature 0.6, "
+                          "top_p 0.95, top_k 20), else vLLM's own (temperature 1)")
     api_key: SecretStr | None = Field(None, description="sent upstream instead of the client's key")
     per_request_metrics: bool = Field(
         True, description="the server runs with --per-request-spec-decode-metrics (else tau comes from counters)"

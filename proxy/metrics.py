@@ -149,6 +149,14 @@ class ProxyMetrics:
                                    ["model", "pool", "currency"], registry=r)
         self.money_lost = Counter("draftgate_money_lost", "Money lost where speculation cost more.",
                                   ["model", "pool", "currency"], registry=r)
+        self.routed_seconds = Counter(
+            "draftgate_routed_gpu_seconds", "GPU-seconds the gated requests caused, estimated from the measured time "
+            "per token of their class and load band (the denominator of routing regret).", ["model", "class"],
+            registry=r)
+        self.regret_seconds = Counter(
+            "draftgate_routing_regret_gpu_seconds", "GPU-seconds the gated requests cost over the pool that was "
+            "cheaper for their class and load band, as the exploration share measures the two pools.",
+            ["model", "class"], registry=r)
         self.exploration = Counter("draftgate_exploration_requests", "Requests sent to the pool the gate did not "
                                    "choose, to keep the counterfactual measured.", ["model", "class", "pool"],
                                    registry=r)

@@ -71,6 +71,8 @@ class Plan:
             "x-draftgate-route": route or self.route,
             "x-draftgate-schema-fraction": f"{self.estimate.w_s:.3f}",
             "x-draftgate-predicted-saving": f"{self.decision.predicted_saving:.3f}",
+            # how much of the estimate rests on responses of this shape (0: the priors alone)
+            "x-draftgate-confidence": f"{self.estimate.confidence:.2f}",
         }
 
     def explain(self) -> dict[str, Any]:
@@ -88,7 +90,9 @@ class Plan:
                        "running": c.batch - 1.0, "gamma": c.gamma, "extrapolated_beyond": c.extrapolated_beyond,
                        "step_increment": c.step_increment, "steps": c.steps, "prefill_seconds": c.prefill_seconds,
                        "predicted_tpot": c.predicted_tpot,
-                       "predicted_ttft": c.predicted_ttft, "meets_targets": c.meets_targets}
+                       "predicted_ttft": c.predicted_ttft, "meets_targets": c.meets_targets,
+                       "if_call_seconds": dict(c.outcome_seconds).get("call"),
+                       "if_answer_seconds": dict(c.outcome_seconds).get("answer")}
                       for c in d.costs],
             "affinity": None if self.affinity is None else {
                 "pool": self.affinity.placement.pool, "cached_tokens": self.affinity.cached_tokens,
@@ -135,8 +139,9 @@ class Planner:
         self.calibration = calibration
         self._derive_from_settings()
 
-    def sampling_defaults(self) -> SamplingDefaults:
-        """The target model's generation defaults, as the pools declare them."""
+    def sampling_defaults(self) -> SamplingDefaults | None:
+        """The target model's generation defaults as the pools declare them; None: the
+        estimator takes the model family's."""
         return self._sampling_defaults
 
     def gate_policy(self, model: str | None) -> GatePolicy:

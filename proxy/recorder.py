@@ -148,6 +148,8 @@ class Recorder:
         batch = cost.batch if cost is not None else 1.0
         band = load_band(batch)
         self._timing(observation, measured, pool, model, cls, band)
+        if not plan.explored:
+            self._count_regret(model, pool, cls, band, batch, measured.total_tokens)
         if plan.decision.break_even_ws is not None:
             m.ws_break_even.labels(model=model, pool=pool.name).observe(plan.decision.break_even_ws)
         if not pool.speculative or cost is None or plan.estimate.speculation_unsupported:
@@ -197,6 +199,21 @@ class Recorder:
             m.gpu_lost.labels(model=model, pool=pool).inc(-gpu_seconds)
             if price:
                 m.money_lost.labels(model=model, pool=pool, currency=settings.currency).inc(money)
+
+    def _count_regret(self, model: str, pool: Pool, cls: str, band: str, batch: float, tokens: float) -> None:
+        """Routing regret, estimated: what a gated request cost over the kind of pool that, by the
+        measured saving of its class and load band, was cheaper for it. The exploration share keeps
+        both kinds measured; within a class, a request that would have paid elsewhere is not seen."""
+        timed = self._measured(cls, band)
+        if timed is None:
+            return
+        saving, plain_per_token = timed
+        plain = tokens * plain_per_token / batch
+        caused = plain * (1.0 - saving) if pool.speculative else plain
+        regret = max(0.0, -saving if pool.speculative else saving) * plain
+        self.metrics.routed_seconds.labels(model=model, **{"class": cls}).inc(caused)
+        if regret > 0:
+            self.metrics.regret_seconds.labels(model=model, **{"class": cls}).inc(regret)
 
     def _measured(self, cls: str, band: str) -> tuple[float, float] | None:
         """(saving, plain seconds per token) from time, streams first, for a class and load band."""

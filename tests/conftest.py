@@ -68,6 +68,8 @@ def emulator(seed: int, speculative: bool, *, k: int = 8, time_scale: float = FA
         "force_include_usage": True,
         "seed": seed,
         "time_scale": time_scale,
+        # Qwen3 thinks unless told not to; the tests ask for thinking where they want it
+        "default_chat_template_kwargs": {"enable_thinking": False},
     }
     config = EmulatorConfig(**{**fields, **overrides})
     return ServerThread(create_app(config))

@@ -113,6 +113,8 @@ def proxy_settings(on_url: str, off_url: str, **overrides: Any):  # type: ignore
         "health_interval": 0.2, "scrape_interval": 0.3, "log_requests": False,
         # routes must be deterministic in tests; tests of exploration turn it on themselves
         "exploration_share": 0.0,
+        # the emulated pools run with --default-chat-template-kwargs '{"enable_thinking": false}'
+        "structure_priors": {"thinking_by_default": False},
     }
     settings.update(overrides)
     return load_settings(None, **settings)

@@ -620,16 +620,22 @@ def test_disconnect_frees_the_sequence() -> None:
 
 
 def test_emulate_cli_process() -> None:
-    from draftgate.servers import ServerProcess
+    from draftgate.servers import NO_THINKING, ServerProcess
 
     with ServerProcess(["emulate", "--speculative-config",
                         '{"method": "draft_model", "model": "Qwen/Qwen3-4B", "num_speculative_tokens": 4,'
                         ' "num_speculative_tokens_per_batch_size": [[1, 4, 4], [5, 1024, 0]]}',
-                        "--per-request-spec-decode-metrics", "detailed", "--time-scale", "0.02"]) as server:
+                        "--per-request-spec-decode-metrics", "detailed", "--time-scale", "0.02",
+                        *NO_THINKING]) as server:
         r = httpx.post(f"{server.url}/v1/chat/completions", json={"messages": USER, "max_tokens": 30}).json()
         spec = r["metrics"]["speculative_decoding"]
         assert len(spec["per_step_accepted"]) == spec["num_spec_steps"] > 0
         assert "emulator" in server.output()
+        # the server's template arguments lie under the request's own, as vLLM merges them
+        assert r["choices"][0]["message"]["content"] and not r["choices"][0]["message"].get("reasoning")
+        asked = httpx.post(f"{server.url}/v1/chat/completions", json={
+            "messages": USER, "max_tokens": 30, "chat_template_kwargs": {"enable_thinking": True}}).json()
+        assert asked["choices"][0]["message"].get("reasoning")
     bad = subprocess.run([sys.executable, "-m", "draftgate.proxy.cli.main", "emulate", "--speculative-config", "{bad"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "not valid JSON" in bad.stderr and "Traceback" not in bad.stderr
@@ -640,6 +646,9 @@ def test_refuse_connections_fault_stops_accepting() -> None:
 
     with ServerProcess(["emulate", "--time-scale", "0.02"]) as server:
         assert httpx.get(f"{server.url}/health").status_code == 200
+        # Qwen3's template thinks unless told not to, and so does the emulator
+        said = httpx.post(f"{server.url}/v1/chat/completions", json={"messages": USER, "max_tokens": 8}).json()
+        assert said["choices"][0]["message"].get("reasoning")
         r = httpx.post(f"{server.url}/debug/faults", json={"refuse_connections": True})
         assert r.status_code == 200
         with pytest.raises(httpx.ConnectError):

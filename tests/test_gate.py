@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from draftgate.policy.calibration import Calibration
-from draftgate.policy.gate import Affinity, GatePolicy, PoolView, decide
+from draftgate.policy.gate import Affinity, GatePolicy, PoolView, decide, predicted_taus
 from draftgate.policy.structure import estimate
 
 SPEC = PoolView("spec", "draft_model", gamma=8)
@@ -264,3 +264,33 @@ def test_objective_latency_takes_the_fastest_tokens_within_a_gpu_budget() -> Non
     assert any(r.startswith("GPU budget") and "spec would cause" in r for r in tight.reasons)
     roomy = _tool_call_with_spec_busy(GatePolicy(objective="latency", gpu_budget=spec.cost_per_token * 1.1))
     assert roomy.route == "spec"
+
+
+def test_an_uncertain_answer_is_priced_by_its_expected_cost_over_call_and_prose() -> None:
+    """Each pool's cost of a call and of a plain answer is shown, and what is minimised is
+    their expectation by the call probability."""
+    e = estimate(body(tools=[TOOL]))
+    assert e.uncertain
+    d = decide(e, [SPEC, PLAIN], CAL)
+    for cost in d.costs:
+        outcomes = dict(cost.outcome_seconds)
+        assert set(outcomes) == {"call", "answer"} and outcomes["answer"] > outcomes["call"] > 0
+        expected = e.p_tool_call * outcomes["call"] + (1 - e.p_tool_call) * outcomes["answer"]
+        assert cost.cost_per_token * e.expected_tokens.total == pytest.approx(expected)
+    forced = decide(estimate(body(tools=[TOOL], tool_choice="required")), [SPEC, PLAIN], CAL)
+    assert all(c.outcome_seconds == () for c in forced.costs)
+
+
+def test_measured_tau_is_carried_to_a_sampling_temperature_by_the_laws_trend() -> None:
+    """Calibration measures tau at temperature 0; at 0.6 the gate prices that measure times the
+    law's ratio between the two, not the law alone, which overstates a mixed class's runs."""
+    from draftgate.policy import law
+    from draftgate.policy.calibration import ClassValues, PoolCalibration
+    measured = Calibration(pools={"spec": PoolCalibration(gamma=8, tau_greedy=ClassValues(s=3.0, r=2.0, f=0.9))})
+    greedy = predicted_taus(measured, SPEC, 0.0)
+    sampled = predicted_taus(measured, SPEC, 0.6)
+    assert greedy == {"s": 3.0, "r": 2.0, "f": 0.9}
+    for c in "srf":
+        law_at = {t: law.tau(law.acceptance(measured.rho_at(t).of(c), measured.kappa), 8) for t in (0.0, 0.6)}
+        assert sampled[c] == pytest.approx(greedy[c] * law_at[0.6] / law_at[0.0])
+        assert sampled[c] < greedy[c]  # sampling lowers acceptance

@@ -87,6 +87,25 @@ def test_the_observed_saving_is_measured_from_time_and_matches_the_emulators_tru
         text, "draftgate_predicted_net_cost_ratio_count", pool="spec-on")
     drift = metric_value(text, "draftgate_saving_drift_ratio", pool="spec-on")
     assert drift == pytest.approx((1 - predicted) - measured, abs=0.15)
+    # the gate chose the kind of pool the measured saving says was cheaper: no routing regret
+    assert metric_value(text, "draftgate_routed_gpu_seconds_total", **{"class": "json"}) > 0
+    assert metric_value(text, "draftgate_routing_regret_gpu_seconds_total") == 0
+
+
+def test_routing_regret_is_estimated_from_what_exploration_measures() -> None:
+    """A margin of 90% keeps JSON off the speculation pool, which exploration shows saves a third
+    or more: each gated request's regret is that saving of the GPU time it caused on the plain
+    pool, so their ratio on the dashboard is the measured saving."""
+    slow = {"time_scale": 0.2}
+    with stack(4, exploration_share=0.5, default_policy={"margin": 0.9}, on_kwargs=slow, off_kwargs=slow) as st:
+        for i in range(24):
+            httpx.post(f"{st.proxy.url}/v1/chat/completions", json=schema_body(i), timeout=60)
+        text = httpx.get(f"{st.proxy.url}/metrics").text
+    measured = metric_value(text, "draftgate_observed_time_saving_ratio", pool="spec-on", load_band="1")
+    routed = metric_value(text, "draftgate_routed_gpu_seconds_total", **{"class": "json"})
+    regret = metric_value(text, "draftgate_routing_regret_gpu_seconds_total", **{"class": "json"})
+    assert measured > 0.3 and routed > 0
+    assert regret / routed == pytest.approx(measured, abs=0.1)
 
 
 def test_counter_attribution_when_responses_carry_no_metrics() -> None:

@@ -235,6 +235,30 @@ def test_explain_endpoint(s: Stack) -> None:
     assert "break_even_ws" in out and out["reasons"]
 
 
+def test_the_commonest_agent_request_speculates_out_of_the_box_and_its_shape_is_learned_in_five(s: Stack) -> None:
+    """One user question and one tool under tool_choice auto, default calibration, nothing learned:
+    the speculation pool. After five responses of the shape, the estimate rests on them (confidence
+    5/7) and its call probability is the prior's, worth two responses, moved by the five."""
+    tool = {"type": "function", "function": {**WEATHER["function"], "name": "get_weather_out_of_the_box"}}
+    body = {"model": MODEL, "messages": USER, "tools": [tool], "tool_choice": "auto"}
+    prior = httpx.post(f"{s.proxy.url}/draftgate/explain", json=body).json()
+    first = httpx.post(f"{s.proxy.url}/v1/chat/completions", json=body, timeout=60)
+    assert first.headers["x-draftgate-route"] == "spec-on" and first.headers["x-draftgate-confidence"] == "0.00"
+    calls = bool(first.json()["choices"][0]["message"].get("tool_calls"))
+    for _ in range(4):
+        answer = httpx.post(f"{s.proxy.url}/v1/chat/completions", json=body, timeout=60).json()
+        calls += bool(answer["choices"][0]["message"].get("tool_calls"))
+
+    def explained() -> dict[str, Any]:
+        return httpx.post(f"{s.proxy.url}/draftgate/explain", json=body).json()  # type: ignore[no-any-return]
+
+    assert wait_until(lambda: explained()["observations"] == 5)  # recording follows each response
+    learned = explained()
+    assert learned["confidence"] == pytest.approx(5 / 7)
+    assert learned["p_tool_call"] == pytest.approx((2 * prior["p_tool_call"] + calls) / 7)
+    assert any("learned from 5" in r for r in learned["reasons"])
+
+
 def test_the_models_context_bounds_the_expected_output(s: Stack) -> None:
     """A schema asking for 100,000 long items, with no max_tokens, is expected to run only as far as
     the shorter of the pools' contexts lets it (as vLLM stops it there), not for millions of tokens."""

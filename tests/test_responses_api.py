@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from draftgate.policy.structure import chat_completion, chat_view, estimate, measure
+from draftgate.policy.structure import StructurePriors, chat_completion, chat_view, estimate, measure
 from tests.proxy_harness import stack, wait_until
 
 MODEL = "Qwen/Qwen3-32B"
@@ -179,7 +179,8 @@ def test_a_responses_request_reads_as_the_chat_request_it_amounts_to() -> None:
     assert view["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
     assert view["response_format"] == {"type": "json_object"} and view["reasoning_effort"] == "high"
     assert view["max_tokens"] == 50
-    assert estimate(chat_view(TOOL_CALL)).constrained and estimate(chat_view(TOOL_CALL)).w_s == 1.0
+    forced = estimate(chat_view(TOOL_CALL), priors=StructurePriors(thinking_by_default=False))
+    assert forced.constrained and forced.w_s == 1.0
     # what vLLM's Responses model shares with chat: hidden reasoning, the prefix cache's salt
     hidden = chat_view({**body, "include_reasoning": False, "cache_salt": "tenant-a"})
     assert estimate(hidden).reasoning_hidden and hidden["cache_salt"] == "tenant-a"

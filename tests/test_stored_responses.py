@@ -51,6 +51,8 @@ def replicated(gate_responses: bool = False, **overrides: object) -> Iterator[Re
                                               {"name": "spec-off", "urls": [a.url, b.url]}],
                                  health_interval=0.2, scrape_interval=0.3, log_requests=False,
                                  exploration_share=0.0,  # prose goes to the plain pool, every time
+                                 # the emulators think only when asked, and the proxy knows it
+                                 structure_priors={"thinking_by_default": False},
                                  gate_responses=gate_responses, **overrides)
         app = create_app(settings)
         with proxy_server(app) as proxy:

@@ -11,6 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from draftgate.policy.calibration import Calibration
+from draftgate.policy.gate import PoolView, decide
 from draftgate.policy.structure import (
     DEFAULT_PRIORS,
     QWEN3_DEFAULTS,
@@ -671,3 +673,76 @@ def test_no_estimate_runs_past_the_context(context: int, cap: int | None, floor:
     assert 0 < e.expected_tokens.total <= max(1.0, context - e.prompt_tokens) * (1 + 1e-9)
     assert e.expected_tokens.total <= (cap or math.inf) * (1 + 1e-9)
     assert abs(e.w_s + e.w_r + e.w_f - 1.0) < 1e-9
+
+
+def test_a_known_family_brings_its_sampling_and_thinking_defaults() -> None:
+    """Qwen3's generation config (temperature 0.6) and its template, which thinks unless told
+    not to; the 2507 Instruct models never think; an unknown model gets vLLM's bare defaults.
+    Configuration overrides both."""
+    qwen = estimate(body(model="Qwen/Qwen3-32B"))
+    assert qwen.thinking and qwen.w_r > 0.5 and qwen.temperature == 0.6
+    assert any("thinks by default" in r for r in qwen.reasons)
+    assert not estimate(body(model="Qwen/Qwen3-32B", chat_template_kwargs={"enable_thinking": False})).thinking
+    assert not estimate(body(model="Qwen/Qwen3-32B"), priors=StructurePriors(thinking_by_default=False)).thinking
+    instruct = estimate(body(model="Qwen/Qwen3-235B-A22B-Instruct-2507"))
+    assert not instruct.thinking and instruct.temperature == 0.7
+    assert estimate(body(model="qwen3-30b-a3b-thinking-2507-fp8")).thinking
+    unknown = estimate(body(model="meta-llama/Llama-3.1-8B-Instruct"))
+    assert not unknown.thinking and unknown.temperature == 1.0
+    assert estimate(body(model="Qwen/Qwen3-32B"), defaults=SamplingDefaults(temperature=0.2)).temperature == 0.2
+
+
+def test_an_answer_that_may_be_a_call_or_prose_carries_both_outcomes() -> None:
+    e = estimate(body(tools=[WEATHER]))
+    assert e.uncertain and 0 < e.p_tool_call < 1
+    assert e.if_call.s > 0 and e.if_call.f == 0 and e.if_answer.s == 0 and e.if_answer.f > 0
+    mixed = e.p_tool_call * e.if_call.s + (1 - e.p_tool_call) * e.if_answer.s
+    assert e.expected_tokens.s == pytest.approx(mixed)
+    assert not estimate(body(tools=[WEATHER], tool_choice="required")).uncertain
+    assert not estimate(body()).uncertain
+
+
+def _call(tokens: float = 17.0) -> ObservedStructure:
+    return ObservedStructure(tokens=ClassTokens(tokens, 0.0, 0.0), chars=ClassTokens(3 * tokens, 0, 0),
+                             total_tokens=tokens, tool_calls=1, source="usage")
+
+
+def _prose(tokens: float = 180.0) -> ObservedStructure:
+    return ObservedStructure(tokens=ClassTokens(0.0, 0.0, tokens), chars=ClassTokens(0, 0, 4 * tokens),
+                             total_tokens=tokens, tool_calls=0, source="usage")
+
+
+@pytest.mark.parametrize("answers", [["call"] * 4 + ["prose"], ["prose"] * 5, ["call", "prose"] * 3],
+                         ids=["4 calls, then prose", "prose only", "alternating"])
+def test_a_repeated_shape_is_learned_within_five_responses(answers: list[str]) -> None:
+    """The prior counts for two responses: after at most five, the estimate's schema fraction
+    (token-weighted, as the gate weighs it) is within 0.1 of what the shape produced."""
+    request = body(tools=[WEATHER])
+    key = shape_key(request)
+    learner = StructureLearner()
+    produced = ClassTokens()
+    for n, kind in enumerate(answers[:5], start=1):
+        observed = _call() if kind == "call" else _prose()
+        learner.observe(key, observed)
+        produced = ClassTokens(produced.s + observed.tokens.s, 0.0, produced.f + observed.tokens.f)
+    blended = learner.blend(key, estimate(request), request)
+    assert abs(blended.w_s - produced.s / produced.total) <= 0.1
+    assert blended.observations == 5 and blended.confidence == pytest.approx(5 / 7)
+
+
+def test_a_shape_that_always_calls_is_priced_with_the_chance_it_does_not() -> None:
+    """Five calls in a row make a call likely (p 0.93), not certain: the expected cost still
+    holds the 7% chance of a 180-token answer, which outweighs a 17-token call in tokens. The
+    gate prices that expectation, and it sends the shape to speculation."""
+    request = body(tools=[WEATHER])
+    key = shape_key(request)
+    learner = StructureLearner()
+    for _ in range(5):
+        learner.observe(key, _call())
+    prior = estimate(request)
+    blended = learner.blend(key, prior, request)
+    assert blended.p_tool_call == pytest.approx((2 * prior.p_tool_call + 5) / 7)
+    call = (prior.if_call.s + 5 * 17.0) / 6  # the call's length: the prior counts for one call
+    assert blended.expected_tokens.s == pytest.approx(blended.p_tool_call * call)
+    pools = [PoolView("spec-on", "draft_model", 8), PoolView("spec-off", None)]
+    assert decide(blended, pools, Calibration()).route == "spec-on"

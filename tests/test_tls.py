@@ -39,7 +39,8 @@ def test_a_pool_served_over_https_by_a_private_ca() -> None:
     """Trusted with tls_ca_file, on the hot path and by the health checks alike;
     without it the pool fails its checks and the other pool serves."""
     served_tls = {"ssl_certfile": str(TLS / "server.pem"), "ssl_keyfile": str(TLS / "server-key.pem")}
-    plain = ServerThread(create_emulator(EmulatorConfig(seed=28, force_include_usage=True)), options=served_tls)
+    plain = ServerThread(create_emulator(EmulatorConfig(seed=28, force_include_usage=True,
+                                                     default_chat_template_kwargs={"enable_thinking": False})), options=served_tls)
     body = {"model": MODEL, "messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 8}
     with emulator(28, True) as on, plain:
         https_url = f"https://127.0.0.1:{plain.port}"
@@ -61,7 +62,8 @@ def test_a_pool_that_requires_a_client_certificate() -> None:
     without one the pool refuses it and the other pool serves."""
     served_tls = {"ssl_certfile": str(TLS / "server.pem"), "ssl_keyfile": str(TLS / "server-key.pem"),
                   "ssl_ca_certs": str(TLS / "client-ca.pem"), "ssl_cert_reqs": ssl.CERT_REQUIRED}
-    plain = ServerThread(create_emulator(EmulatorConfig(seed=33, force_include_usage=True)), options=served_tls)
+    plain = ServerThread(create_emulator(EmulatorConfig(seed=33, force_include_usage=True,
+                                                     default_chat_template_kwargs={"enable_thinking": False})), options=served_tls)
     body = {"model": MODEL, "messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 8}
     client = {"tls_client_certfile": str(TLS / "client.pem"), "tls_client_keyfile": str(TLS / "client-key.pem")}
     with emulator(33, True) as on, plain:

@@ -16,7 +16,7 @@ import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -70,6 +70,9 @@ class EmulatorConfig:
     time_scale: float = 1.0
     faults: Faults = field(default_factory=Faults)
     responses_store: bool = False  # vLLM's VLLM_ENABLE_RESPONSES_API_STORE
+    # vLLM's --default-chat-template-kwargs: its enable_thinking is the template's default, which
+    # a request's own switch overrides (Qwen3 thinks unless told {"enable_thinking": false})
+    default_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 def request_truth(seqs: list[Sequence]) -> dict[str, float]:
@@ -83,6 +86,9 @@ class Emulator:
     """Request handling around one engine."""
 
     def __init__(self, config: EmulatorConfig) -> None:
+        thinking = config.default_chat_template_kwargs.get("enable_thinking")
+        if isinstance(thinking, bool):  # the server's template default, under each request's own switches
+            config = replace(config, profile=config.profile.model_copy(update={"thinking_by_default": thinking}))
         self.config = config
         self.faults = config.faults
         self.metrics = EngineMetrics(config.model)

@@ -24,6 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", help="engine profile YAML (defaults: 32B target on an H200)")
     parser.add_argument("--profile-seed", type=int, help="draw every profile parameter from this seed")
     parser.add_argument("--faults", help="JSON fault settings, e.g. '{\"health_503\": true}'")
+    parser.add_argument("--default-chat-template-kwargs", metavar="JSON",
+                        help="as vllm serve takes it; its enable_thinking sets whether the template thinks when "
+                             "a request does not say (Qwen3's does): '{\"enable_thinking\": false}'")
 
 
 def parse_speculative_config(text: str | None) -> Any:
@@ -69,6 +72,12 @@ def build_config(args: argparse.Namespace) -> Any:
         faults = Faults.model_validate(json.loads(args.faults)) if args.faults else Faults()
     except (OSError, ValidationError, json.JSONDecodeError) as exc:
         raise CliError(f"invalid profile or faults: {str(exc).splitlines()[0]}") from None
+    try:
+        template = json.loads(args.default_chat_template_kwargs) if args.default_chat_template_kwargs else {}
+    except json.JSONDecodeError as exc:
+        raise CliError(f"--default-chat-template-kwargs is not valid JSON: {exc.msg}") from None
+    if not isinstance(template, dict):
+        raise CliError("--default-chat-template-kwargs must be a JSON object")
     if args.time_scale <= 0:
         raise CliError("--time-scale must be > 0")
     if args.max_num_seqs is not None and args.max_num_seqs < 1:
@@ -79,6 +88,7 @@ def build_config(args: argparse.Namespace) -> Any:
         max_num_seqs=args.max_num_seqs, seed=args.seed, time_scale=args.time_scale, faults=faults,
         # as vLLM reads it: an environment variable, not a flag
         responses_store=os.environ.get("VLLM_ENABLE_RESPONSES_API_STORE", "0").lower() in ("1", "true"),
+        default_chat_template_kwargs=template,
     )
 
 

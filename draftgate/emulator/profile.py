@@ -142,8 +142,7 @@ class EngineProfile(_Frozen):
     lengths: Lengths = Lengths()
     auto_call_probability: float = Field(0.8, ge=0.0, le=1.0)
     auto_call_probability_after_tool: float = Field(0.4, ge=0.0, le=1.0)
-    thinking_by_default: bool = Field(False, description="Qwen3's template thinks unless told enable_thinking: "
-                                      "false; off here until the gate's own default follows it")
+    thinking_by_default: bool = Field(True, description="Qwen3's template thinks unless told enable_thinking: false")
     speculation_blocked_by: list[str] = Field(
         default_factory=lambda: ["penalties", "min_p", "logprobs"],
         description="sampling settings run without speculation (older V1 engines); [] as in vLLM 0.33",

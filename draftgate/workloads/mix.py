@@ -3,12 +3,13 @@
 Four kinds of work, each from committed samples of public sets:
 
 - ``tool call``: BFCL v4 single-turn entries (simple, multiple, parallel,
-  parallel-multiple, irrelevance) as BFCL sends them, ``tool_choice`` auto;
+  parallel-multiple, irrelevance) as BFCL sends them, ``tool_choice`` auto,
+  with thinking switched off (the Qwen3 template thinks unless told not to);
 - ``chat``: ShareGPT V3 first turns, each asking for the length its real answer
   had (``max_tokens`` with ``ignore_eos``, as vLLM's serving benchmark replays it);
 - ``agent session``: BFCL v4 multi-turn entries replayed turn by turn, each
   request the whole conversation so far (tool results included), so a pool's
-  prefix cache matters as it does for real agents;
+  prefix cache matters as it does for real agents; thinking off, as above;
 - ``reasoning``: ShareGPT first turns with thinking on.
 
 Every request carries a ``seed``, so its answer is the same on every pool even
@@ -58,7 +59,9 @@ def items(split: Split) -> dict[str, list[Item]]:
     for n, row in enumerate(_rows(BFCL_SAMPLE)):
         if split_of(row["id"]) != split:
             continue
-        request = dict(row["request"], seed=n)
+        # thinking off, explicitly: these workloads measure the calls (Qwen3 thinks unless told not to);
+        # reasoning is a workload of its own
+        request = dict(row["request"], seed=n, chat_template_kwargs={"enable_thinking": False})
         if row["category"] == "multi_turn":
             out["agent session"].append(Item(row["id"], "agent session", tuple(_turns(request))))
         else:

@@ -43,6 +43,20 @@ class StructureEstimate:
     prompts: int = 1  # a completions prompt may be a batch, each answered n times
     # thinking with include_reasoning false: the answer leaves the reasoning out, usage counts it
     reasoning_hidden: bool = False
+    # One output's tokens if the model calls a tool and if it answers without one, before
+    # the request's caps: ``expected_tokens`` mixes them by ``p_tool_call`` (equal when the
+    # request fixes the answer's shape). The learner learns each outcome apart.
+    if_call: ClassTokens = ClassTokens()
+    if_answer: ClassTokens = ClassTokens()
+    # The share of the estimate that rests on observed responses of the request's shape:
+    # 0 for the priors alone, towards 1 as observations outweigh them.
+    confidence: float = 0.0
+    observations: int = 0
+
+    @property
+    def uncertain(self) -> bool:
+        """Whether the answer may be a call or prose: two outcomes to price."""
+        return 0.0 < self.p_tool_call < 1.0 and self.if_call != self.if_answer
 
     @property
     def sequences(self) -> int:
@@ -75,6 +89,10 @@ class StructureEstimate:
             "thinking": self.thinking,
             "prompts": self.prompts,
             "reasoning_hidden": self.reasoning_hidden,
+            "if_call": self.if_call.as_dict(),
+            "if_answer": self.if_answer.as_dict(),
+            "confidence": self.confidence,
+            "observations": self.observations,
         }
 
 

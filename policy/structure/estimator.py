@@ -22,11 +22,11 @@ from draftgate.policy.structure.estimates import (
     StructureEstimate,
     outputs_of,
 )
+from draftgate.policy.structure.families import family_of
 from draftgate.policy.structure.length import bounded
 from draftgate.policy.structure.priors import DEFAULT_PRIORS, StructurePriors
 from draftgate.policy.structure.relevance import question_unrelated
 from draftgate.policy.structure.sampling import (
-    NO_DEFAULTS,
     SamplingDefaults,
     effective,
     speculation_blockers,
@@ -74,6 +74,10 @@ class _Draft:
     prose_tokens: float = 0.0
     reasoning_tokens: float = 0.0
     p_call: float = 0.0
+    # under tool_choice auto, the two outcomes the expectation mixes: a call's tokens
+    # (S, and prose before it) and a plain answer's (F); None when the shape is fixed
+    call_tokens: tuple[float, float] | None = None
+    answer_tokens: float = 0.0
     constrained: bool = False
     thinking: bool = False
     reasoning_hidden: bool = False
@@ -93,17 +97,20 @@ def estimate(
 ) -> StructureEstimate:
     """Estimate the S/R/F split of the output ``body`` asks for; never raises.
 
-    ``context_tokens``: the model's ``max_model_len`` when the pools have said it,
-    which bounds the output as vLLM does when the request sets no lower cap.
+    ``defaults``: the pools' sampling defaults as configured; unset, those of the model's
+    family (``families.py``). ``context_tokens``: the model's ``max_model_len`` when the
+    pools have said it, which bounds the output as vLLM does when the request sets no lower cap.
     """
-    defaults = defaults or NO_DEFAULTS
     draft = _Draft(priors)
     if not isinstance(body, dict):
         body = {}
         draft.note("request body is not a JSON object: estimated as prose")
+    family = family_of(body.get("model"))
+    defaults = defaults or family.sampling
     conversation = _read_conversation(body.get("messages")) if endpoint == "chat" else _Conversation()
-    if priors.thinking_by_default or any(name in body for name in _THINKING_FIELDS):
-        _read_thinking(body, draft)
+    thinks = family.thinks_by_default if priors.thinking_by_default is None else priors.thinking_by_default
+    if thinks or any(name in body for name in _THINKING_FIELDS):
+        _read_thinking(body, draft, thinks)
     if not _read_output_format(body, draft):
         if endpoint == "chat":
             _read_tools(body, draft, conversation)
@@ -141,19 +148,24 @@ def estimate(
     else:
         w_s, w_r = s_tokens / total, r_tokens / total
         w_f = max(0.0, 1.0 - w_s - w_r)
+    if draft.call_tokens is not None and not draft.constrained:
+        if_call = ClassTokens(draft.call_tokens[0], draft.reasoning_tokens, draft.call_tokens[1])
+        if_answer = ClassTokens(0.0, draft.reasoning_tokens, draft.answer_tokens)
+    else:
+        if_call = if_answer = ClassTokens(draft.schema_tokens, draft.reasoning_tokens, draft.prose_tokens)
     return StructureEstimate(
         w_s=w_s, w_r=w_r, w_f=w_f, expected_tokens=ClassTokens(s_tokens, r_tokens, f_tokens),
         reasons=tuple(draft.reasons), temperature=temperature, temperature_from_default=from_default, n=n,
         speculation_blockers=tuple(blockers), p_tool_call=draft.p_call, prompt_tokens=prompt_tokens,
         constrained=draft.constrained, thinking=draft.thinking, prompts=prompts,
-        reasoning_hidden=draft.reasoning_hidden,
+        reasoning_hidden=draft.reasoning_hidden, if_call=if_call, if_answer=if_answer,
     )
 
 
 # ------------------------------------------------------------------ signals
 
 
-def _read_thinking(body: dict[str, Any], draft: _Draft) -> None:
+def _read_thinking(body: dict[str, Any], draft: _Draft, thinks_by_default: bool) -> None:
     p = draft.priors
     kwargs = body.get("chat_template_kwargs")
     switch: bool | None = None
@@ -174,9 +186,9 @@ def _read_thinking(body: dict[str, Any], draft: _Draft) -> None:
         switch = True
     if "enable_thinking" in body and isinstance(body.get("enable_thinking"), bool):
         draft.note("top-level enable_thinking is not read by vLLM (use chat_template_kwargs): ignored")
-    thinking = p.thinking_by_default if switch is None else switch
+    thinking = thinks_by_default if switch is None else switch
     if switch is None and thinking:
-        draft.note("no thinking switch: the model thinks by default (priors.thinking_by_default)")
+        draft.note("no thinking switch: the model thinks by default (enable_thinking: false turns it off)")
     if not thinking:
         return
     draft.thinking = True
@@ -312,6 +324,8 @@ def _read_tools(body: dict[str, Any], draft: _Draft, conversation: _Conversation
     draft.p_call = p_call
     # unforced, the model writes its own format: the call's JSON inside the parser's tags
     mean_call = (mean_chars + _NATIVE_CALL_CHARS) / per_token + p.tool_call_wrapper_tokens
+    draft.call_tokens = (calls * mean_call, p.preamble_tokens_with_call)
+    draft.answer_tokens = prose
     draft.schema_tokens = p_call * calls * mean_call
     draft.prose_tokens = (1.0 - p_call) * prose + p_call * p.preamble_tokens_with_call
     context = "after a tool result" if after_tool else "fresh user turn"

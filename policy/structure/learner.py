@@ -5,20 +5,25 @@ request's output split is what requests of the same shape produced. A shape is
 (model, digest of tool names and schemas, tool_choice, response format kind,
 thinking, temperature band, last message role).
 
-Update rule, per shape and per class c, with ``n`` observations so far:
+Update rule, per shape, with ``n`` observations so far, of which ``m`` called a tool:
 
-    mean_c <- mean_c + (x_c - mean_c) / min(n, window)      (running mean, then EWMA)
-    estimate_c = (k * prior_c + n * mean_c) / (k + n)        (k = prior_strength)
+    mean <- mean + (x - mean) / min(n, window)                 (running mean, then EWMA)
+    p(call) = (k * p0 + n * call_rate) / (k + n)                (k = prior_strength, 2)
+    tokens if a call = (j * prior + m * mean_calls) / (j + m)   (j = length_strength, 1)
+    tokens if not    = (j * prior + (n-m) * mean_answers) / (j + n - m)
+    estimate = p(call) * tokens if a call + (1 - p(call)) * tokens if not
 
-so the first observation already moves the estimate by n/(k+n) and, after a
-handful, it sits on what the agent does; ``window`` lets it follow drift. Memory
-is bounded: at most ``capacity`` shapes, least recently used evicted first.
+so the prior counts for two responses and the first observation already moves
+the estimate by a third; after a handful it sits on what the agent does, and
+``window`` lets it follow drift. A request whose shape is fixed (no choice
+between a call and prose) is one outcome, blended the same way. Memory is
+bounded: at most ``capacity`` shapes, least recently used evicted first.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from draftgate.policy.structure.constraints import LEGACY_GUIDED, legacy_guided_fields
@@ -88,28 +93,67 @@ def _tools_signature(tools: Any) -> str:
 
 
 @dataclass(slots=True)
-class ShapeStats:
+class _Means:
+    """Running means of one outcome's class tokens (then an EWMA over ``window``)."""
+
     count: int = 0
-    tokens_s: float = 0.0
-    tokens_r: float = 0.0
-    tokens_f: float = 0.0
+    s: float = 0.0
+    r: float = 0.0
+    f: float = 0.0
+
+    def update(self, tokens: ClassTokens, window: int) -> None:
+        self.count += 1
+        step = 1.0 / min(self.count, window)
+        self.s += (tokens.s - self.s) * step
+        self.r += (tokens.r - self.r) * step
+        self.f += (tokens.f - self.f) * step
+
+    def blended(self, prior: ClassTokens, k: float) -> ClassTokens:
+        """``prior`` worth ``k`` responses, against what this outcome's responses produced."""
+        if self.count == 0:
+            return prior
+        n = float(self.count)
+        return ClassTokens((k * prior.s + n * self.s) / (k + n), (k * prior.r + n * self.r) / (k + n),
+                           (k * prior.f + n * self.f) / (k + n))
+
+
+@dataclass(slots=True)
+class ShapeStats:
+    """What one shape's responses produced: how often they called a tool, and the
+    tokens of the calls and of the answers apart."""
+
+    count: int = 0
+    call_rate: float = 0.0
+    every: _Means = field(default_factory=_Means)
+    calls: _Means = field(default_factory=_Means)
+    answers: _Means = field(default_factory=_Means)
 
     def update(self, observed: ObservedStructure, window: int) -> None:
         self.count += 1
-        step = 1.0 / min(self.count, window)
-        self.tokens_s += (observed.tokens.s - self.tokens_s) * step
-        self.tokens_r += (observed.tokens.r - self.tokens_r) * step
-        self.tokens_f += (observed.tokens.f - self.tokens_f) * step
+        called = observed.tool_calls > 0
+        self.call_rate += (float(called) - self.call_rate) / min(self.count, window)
+        self.every.update(observed.tokens, window)
+        (self.calls if called else self.answers).update(observed.tokens, window)
+
 
 
 class StructureLearner:
-    """Per-shape running means of observed class tokens, LRU-bounded."""
+    """Per-shape outcome rates and lengths, LRU-bounded.
 
-    def __init__(self, capacity: int = 4096, prior_strength: float = 1.0, window: int = 50) -> None:
-        if capacity < 1 or prior_strength <= 0 or window < 1:
-            raise ValueError("capacity >= 1, prior_strength > 0 and window >= 1 are required")
+    A request whose answer may be a call or prose (``tool_choice`` auto) is learned
+    as two outcomes: the call probability, from a prior worth ``prior_strength``
+    responses, and each outcome's tokens, from a prior worth ``length_strength``
+    responses of that outcome. Any other request is one outcome. The estimate is
+    the expectation over the outcomes, which is what the gate prices.
+    """
+
+    def __init__(self, capacity: int = 4096, prior_strength: float = 2.0, window: int = 50,
+                 length_strength: float = 1.0) -> None:
+        if capacity < 1 or prior_strength <= 0 or window < 1 or length_strength <= 0:
+            raise ValueError("capacity >= 1, prior_strength > 0, length_strength > 0 and window >= 1 are required")
         self.capacity = capacity
         self.prior_strength = prior_strength
+        self.length_strength = length_strength
         self.window = window
         self._shapes: OrderedDict[str, ShapeStats] = OrderedDict()
 
@@ -143,29 +187,47 @@ class StructureLearner:
         if stats is None or stats.count == 0:
             return prior
         self._shapes.move_to_end(key)
-        k, n = self.prior_strength, float(stats.count)
-        e = prior.expected_tokens
-        split = ((k * e.s + n * stats.tokens_s) / (k + n),
-                 (k * e.r + n * stats.tokens_r) / (k + n),
-                 (k * e.f + n * stats.tokens_f) / (k + n))
+        n = float(stats.count)
+        seq = float(prior.sequences)
+        if prior.uncertain:
+            k = self.prior_strength
+            p_call = (k * prior.p_tool_call + n * stats.call_rate) / (k + n)
+            call = stats.calls.blended(_times(prior.if_call, seq), self.length_strength)
+            answer = stats.answers.blended(_times(prior.if_answer, seq), self.length_strength)
+            split = (p_call * call.s + (1 - p_call) * answer.s, p_call * call.r + (1 - p_call) * answer.r,
+                     p_call * call.f + (1 - p_call) * answer.f)
+            confidence = n / (k + n)
+            said = f"p(call) {prior.p_tool_call:.2f} -> {p_call:.2f}, "
+        else:
+            k = self.length_strength
+            p_call = prior.p_tool_call
+            learned = stats.every.blended(prior.expected_tokens, k)
+            split = (learned.s, learned.r, learned.f)
+            confidence = n / (k + n)
+            said = ""
         notes: tuple[str, ...] = ()
         if body is not None:
             # each output's own prompt fills its context
             room = None if context_tokens is None else context_tokens - prior.prompt_tokens / prior.prompts
-            split, said = bounded(body, split, room, prior.sequences)
-            notes = tuple(note for note in said if note not in prior.reasons)
+            split, bounds = bounded(body, split, room, prior.sequences)
+            notes = tuple(note for note in bounds if note not in prior.reasons)
         tokens = ClassTokens(*split)
         total = tokens.total
         if total <= 0:
             return prior
         ws, wr = tokens.s / total, tokens.r / total
-        note = f"learned from {stats.count} earlier response(s) of this shape: w_S {prior.w_s:.2f} -> {ws:.2f}"
+        note = f"learned from {stats.count} earlier response(s) of this shape: {said}w_S {prior.w_s:.2f} -> {ws:.2f}"
         # built field by field: dataclasses.replace costs more than everything else here
         return StructureEstimate(
             w_s=ws, w_r=wr, w_f=max(0.0, 1.0 - ws - wr), expected_tokens=tokens,
             reasons=prior.reasons + (note, *notes),
             temperature=prior.temperature, temperature_from_default=prior.temperature_from_default, n=prior.n,
-            speculation_blockers=prior.speculation_blockers, p_tool_call=prior.p_tool_call,
+            speculation_blockers=prior.speculation_blockers, p_tool_call=p_call,
             prompt_tokens=prior.prompt_tokens, constrained=prior.constrained, thinking=prior.thinking,
-            prompts=prior.prompts, reasoning_hidden=prior.reasoning_hidden,
+            prompts=prior.prompts, reasoning_hidden=prior.reasoning_hidden, if_call=prior.if_call,
+            if_answer=prior.if_answer, confidence=confidence, observations=stats.count,
         )
+
+
+def _times(tokens: ClassTokens, factor: float) -> ClassTokens:
+    return tokens if factor == 1.0 else ClassTokens(tokens.s * factor, tokens.r * factor, tokens.f * factor)

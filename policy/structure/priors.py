@@ -47,8 +47,9 @@ class StructurePriors(BaseModel):
     extra_parallel_calls: float = Field(0.3, ge=0, description="extra calls when parallel calls are allowed")
     preamble_tokens_with_call: float = Field(0.0, ge=0, description="prose emitted before a call under auto")
     # Model behaviour.
-    thinking_by_default: bool = Field(
-        False, description="the model thinks unless told not to (Qwen3's template does; set true for it)"
+    thinking_by_default: bool | None = Field(
+        None, description="the model thinks unless told not to; unset: as its family does (Qwen3's hybrid models "
+                          "think, unknown models do not)"
     )
     speculation_blocked_by: tuple[Literal["penalties", "min_p", "logprobs"], ...] = Field(
         ("penalties", "min_p", "logprobs"),

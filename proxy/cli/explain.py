@@ -58,15 +58,35 @@ def render(result: dict[str, Any]) -> str:
         f"route: {result['route']}   predicted saving {result['predicted_saving']:+.1%}"
         f"   tau S {tau.get('s', 0.0):.2f}, R {tau.get('r', 0.0):.2f}, F {tau.get('f', 0.0):.2f}",
         "break-even w_S* " + (f"{break_even:.2f}" if break_even is not None else f"none: {result['break_even_note']}"),
+        _confidence(result),
         "pools:",
         *(f"  - {p['pool']}: saving {p['saving']:+.1%}, {p['cost_per_token'] * 1000:.2f} GPU-ms per token caused "
           f"({p['steps']:.0f} steps, adding {p['step_increment'] * 1000:.2f} ms to each, {p['running']:.0f} running; "
           f"{p['predicted_tpot'] * 1000:.0f} ms per token{'' if p['meets_targets'] else ', misses a latency target'})"
           + (f" ({p['note']})" if p["note"] else "") for p in result["pools"]),
+        *_outcomes(result),
         "reasons:",
         *(f"  - {reason}" for reason in result["reasons"]),
     ]
     return "\n".join(lines)
+
+
+def _confidence(result: dict[str, Any]) -> str:
+    seen = result["observations"]
+    if not seen:
+        return "confidence 0.00: priors alone, no response of this shape seen yet"
+    return f"confidence {result['confidence']:.2f}: {seen} earlier response(s) of this shape"
+
+
+def _outcomes(result: dict[str, Any]) -> list[str]:
+    """The two outcomes of an answer that may be a call or prose, as each pool would cost them."""
+    pools = [p for p in result["pools"] if p["if_call_seconds"] is not None]
+    if not pools:
+        return []
+    p_call = result["p_tool_call"]
+    return [f"priced over two outcomes, a call (p {p_call:.2f}) or an answer without one (p {1 - p_call:.2f}):",
+            *(f"  - {p['pool']}: {p['if_call_seconds']:.2f} GPU-s if it calls, "
+              f"{p['if_answer_seconds']:.2f} if it answers" for p in pools)]
 
 
 # The quick-start pools, named as `draftgate serve --spec-on --spec-off` names them;
