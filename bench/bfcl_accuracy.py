@@ -24,19 +24,20 @@ from pathlib import Path
 from typing import Any
 
 from draftgate.policy.structure import DEFAULT_PRIORS, estimate
+from draftgate.policy.structure.families import family_of
 from draftgate.workloads import BFCL_SAMPLE
 
 SAMPLE = BFCL_SAMPLE
 
 
-def truth_tokens(calls: list[dict[str, Any]]) -> float:
+def truth_tokens(calls: list[dict[str, Any]], model: str) -> float:
     p = DEFAULT_PRIORS
     total = 0.0
     for call in calls:
         fn = call["function"]
         args = json.dumps(json.loads(fn["arguments"]), separators=(",", ":"))
         text = json.dumps({"name": fn["name"], "arguments": "X"}, separators=(",", ":")).replace('"X"', args)
-        total += len(text) / p.json_chars_per_token + p.tool_call_wrapper_tokens
+        total += len(text) / p.json_chars_per_token + family_of(model).tool_call_wrapper_tokens
     return total
 
 
@@ -53,7 +54,7 @@ def evaluate(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             continue
         free = estimate(dict(request, tool_choice="auto"))
         expected = free.expected_tokens.s / free.p_tool_call  # the length of the calls, given that they come
-        actual = truth_tokens(truth["tool_calls"])
+        actual = truth_tokens(truth["tool_calls"], request.get("model"))
         stats["errors"].append((expected - actual, actual))
         stats["worst"].append((abs(expected - actual), row["id"], expected, actual))
     return by_category

@@ -23,6 +23,7 @@ from draftgate.policy.structure import (
     StructurePriors,
     TextParts,
     estimate,
+    families,
     measure,
     measure_parts,
     shape_key,
@@ -82,8 +83,13 @@ def test_a_call_is_sized_as_it_is_written_forced_or_free() -> None:
     per_token = DEFAULT_PRIORS.json_chars_per_token
     array_and_keys = len('[{"name": "get_weather", "parameters": }, ]') / per_token
     assert required.expected_tokens.s - named.expected_tokens.s == pytest.approx(array_and_keys)
-    tags = DEFAULT_PRIORS.tool_call_wrapper_tokens
+    tags = families.UNKNOWN.tool_call_wrapper_tokens  # the body's model is no known family
     assert native - required.expected_tokens.s == pytest.approx(tags - 6 / per_token)
+    # Qwen3's tags are single tokens of its vocabulary
+    qwen = estimate(body(**serial, tool_choice="auto", model="Qwen/Qwen3-32B",
+                         chat_template_kwargs={"enable_thinking": False}))
+    assert (free.if_call.s - qwen.if_call.s) == pytest.approx(tags - families.QWEN3.tool_call_wrapper_tokens)
+    assert estimate(body(**serial), priors=StructurePriors(tool_call_wrapper_tokens=1.0)).if_call.s < qwen.if_call.s
     assert any("arguments alone" in r for r in named.reasons)
 
 

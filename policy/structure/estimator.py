@@ -74,6 +74,7 @@ class _Draft:
     prose_tokens: float = 0.0
     reasoning_tokens: float = 0.0
     p_call: float = 0.0
+    call_wrapper_tokens: float = 0.0  # the tags around an unforced call, in the model's own format
     # under tool_choice auto, the two outcomes the expectation mixes: a call's tokens
     # (S, and prose before it) and a plain answer's (F); None when the shape is fixed
     call_tokens: tuple[float, float] | None = None
@@ -107,6 +108,8 @@ def estimate(
         draft.note("request body is not a JSON object: estimated as prose")
     family = family_of(body.get("model"))
     defaults = defaults or family.sampling
+    wrapper = priors.tool_call_wrapper_tokens
+    draft.call_wrapper_tokens = family.tool_call_wrapper_tokens if wrapper is None else wrapper
     conversation = _read_conversation(body.get("messages")) if endpoint == "chat" else _Conversation()
     thinks = family.thinks_by_default if priors.thinking_by_default is None else priors.thinking_by_default
     if thinks or any(name in body for name in _THINKING_FIELDS):
@@ -323,7 +326,7 @@ def _read_tools(body: dict[str, Any], draft: _Draft, conversation: _Conversation
         p_call = min(1.0, p_call + p.p_call_agent_bonus)
     draft.p_call = p_call
     # unforced, the model writes its own format: the call's JSON inside the parser's tags
-    mean_call = (mean_chars + _NATIVE_CALL_CHARS) / per_token + p.tool_call_wrapper_tokens
+    mean_call = (mean_chars + _NATIVE_CALL_CHARS) / per_token + draft.call_wrapper_tokens
     draft.call_tokens = (calls * mean_call, p.preamble_tokens_with_call)
     draft.answer_tokens = prose
     draft.schema_tokens = p_call * calls * mean_call

@@ -26,8 +26,10 @@ class StructurePriors(BaseModel):
     json_object_tokens: float = Field(60.0, gt=0, description="json_object with no schema")
     regex_tokens: float = Field(16.0, gt=0, description="a regex-constrained answer")
     grammar_tokens: float = Field(64.0, gt=0, description="a grammar- or structural-tag-constrained answer")
-    tool_call_wrapper_tokens: float = Field(
-        8.0, ge=0, description="the parser's tags around a call the model writes unforced (tool_choice auto)"
+    tool_call_wrapper_tokens: float | None = Field(
+        None, ge=0, description="the parser's tags around a call the model writes unforced (tool_choice auto); "
+                                "unset: its family's (Qwen3: 4, <tool_call> and </tool_call> are single tokens), "
+                                "else 8"
     )
     # Shapes of values a schema leaves open, in characters.
     string_value_chars: float = Field(12.0, gt=0, description="a string value without format or length bounds")
