@@ -20,6 +20,17 @@ PANELS: list[tuple[str, str, list[tuple[str, str]], str]] = [
     ("Traffic by route", "reqps", [
         ("{{route}}", f'sum by (route) (rate(draftgate_requests_total{M}[{R}]))'),
     ], "Requests per second, by the pool that served them."),
+    ("Traffic by endpoint, and what passed through ungated", "reqps", [
+        ("{{endpoint}}", f'sum by (endpoint) (rate(draftgate_requests_total{M}[{R}]))'),
+        ("passed through: {{endpoint}}, {{reason}}",
+         f'sum by (endpoint, reason) (rate(draftgate_passed_through_total[{R}]))'),
+    ], "Gated requests by API (chat, completions, responses, messages), and requests to a gated API that were "
+       "passed through to a plain pool: follow-ups to a stored response, background responses, or an endpoint the "
+       "configuration does not gate."),
+    ("Traffic by client key and route", "reqps", [
+        ("{{key}} {{route}}", f'sum by (key, route) (rate(draftgate_requests_total{M}[{R}]))'),
+    ], "Gated requests by the label of the client key they carried (api_keys[].label; empty: unlabelled or an "
+       "open proxy), and the pool each was sent to."),
     ("Traffic by request class", "reqps", [
         ("{{class}}", f'sum by (class) (rate(draftgate_predicted_schema_fraction_count{MP}[{R}]))'),
     ], "Completed requests per second, by what kind of request they were."),

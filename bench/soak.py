@@ -97,6 +97,10 @@ def request_mix(rng: random.Random, turn: int) -> tuple[str, dict[str, Any]]:
         tools = {"tools": [{"type": "function", **TOOL["function"]}], "tool_choice": "required"} if turn % 2 else {}
         return "/v1/responses", {"model": MODEL, "input": user[0]["content"], "max_output_tokens": 48,
                                  "stream": stream, **tools}
+    if kind == 7 and turn % 2:  # Anthropic's Messages API: a forced call or prose
+        tools = {"tools": [{"name": "get_weather", "input_schema": TOOL["function"]["parameters"]}],
+                 "tool_choice": {"type": "any"}} if turn % 4 == 1 else {}
+        return "/v1/messages", {**base, "messages": user, **tools}
     if kind == 5:  # an agent's conversation, a turn further each time
         history: list[dict[str, Any]] = [{"role": "system", "content": "You are agent 7. " * 40}]
         for t in range(turn % 6):
@@ -116,7 +120,7 @@ class Outcomes:
 async def judge(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> tuple[str, str]:
     """("ok" | "cut after events" | "lost", detail)."""
     try:
-        whole = "output" if path == "/v1/responses" else "choices"
+        whole = {"/v1/responses": "output", "/v1/messages": "content"}.get(path, "choices")
         if not body["stream"]:
             response = await client.post(path, json=body)
             if response.status_code != 200:
@@ -134,13 +138,14 @@ async def judge(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> t
                     done = True
                     continue
                 payload = json.loads(line[6:])
-                if payload.get("type") == "error":  # the Responses API's error event
-                    error = payload.get("message", "")
+                if payload.get("type") == "error":  # the Responses or Messages API's error event
+                    error = payload.get("message") or payload.get("error", {}).get("message", "")
                 elif "error" in payload:
                     error = payload["error"].get("message", "")
                 else:
                     events += 1
-                    done = done or payload.get("type") in ("response.completed", "response.incomplete")
+                    done = done or payload.get("type") in ("response.completed", "response.incomplete",
+                                                           "message_stop")
         if error is not None:
             return ("cut after events", error) if events else ("lost", f"error before any event: {error}")
         return ("ok", "") if done else ("lost", f"stream ended without [DONE] after {events} events")
@@ -263,9 +268,8 @@ def proxy_config(replicas: list[Replica], without: Replica | None = None) -> dic
         "pools": [{"name": "spec-on", "urls": urls("spec-on"), "speculation": {"gamma": 8}, "max_num_seqs": 64},
                   {"name": "spec-off", "urls": urls("spec-off"), "max_num_seqs": 64}],
         # the rest as shipped, but a stream's first byte may take 1.5 s, not 300: the slow
-        # replica's streams then fail over within a fault's period (its whole answers wait);
-        # and the Responses API is gated, its longer road (off, it is passed through as is)
-        "health_interval": 0.5, "scrape_interval": 1.0, "first_byte_timeout": 1.5, "gate_responses": True,
+        # replica's streams then fail over within a fault's period (its whole answers wait)
+        "health_interval": 0.5, "scrape_interval": 1.0, "first_byte_timeout": 1.5,
     }
 
 

@@ -1,7 +1,7 @@
 """The draftgate HTTP service: an OpenAI-compatible gate in front of vLLM pools.
 
-Chat Completions, Completions and (when configured) the Responses API are
-gated; every other ``/v1/*`` request passes through to a plain pool. The request body reaches the backend byte for byte;
+Chat Completions, Completions, the Responses API and Anthropic's Messages API
+are gated; every other ``/v1/*`` request passes through to a plain pool. The request body reaches the backend byte for byte;
 headers pass except hop-by-hop ones; responses come back unchanged, plus
 three ``x-draftgate-*`` headers.
 """
@@ -24,11 +24,12 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from draftgate.policy.vllm_fields import streams, wants_usage
 from draftgate.proxy import __version__, admin
 from draftgate.proxy.auth import bearer_token, token_matches
+from draftgate.proxy.callers import Caller, authenticated_key, caller_of, without_mode_field
 from draftgate.proxy.catalog import ModelCatalog
-from draftgate.proxy.config import ConfigError, ProxySettings
+from draftgate.proxy.config import ApiKey, ConfigError, ProxySettings
 from draftgate.proxy.cors import CorsForOwnAnswers, CorsPolicy
 from draftgate.proxy.disconnect import ClientGone, cancelled_if_client_leaves
-from draftgate.proxy.endpoints import GATED, Endpoint, endpoint_of_body
+from draftgate.proxy.endpoints import GATED, Endpoint, endpoint_of_body, error_shape_of
 from draftgate.proxy.errors import openai_error
 from draftgate.proxy.exchange import Exchange, Outgoing, Upstreams, answer
 from draftgate.proxy.headers import upstream_target
@@ -94,22 +95,27 @@ class Proxy:
 
     async def _gated(self, request: Request, endpoint: Endpoint) -> Response:
         if not endpoint.gated_by(self.settings):
+            self.metrics.passed_through.labels(endpoint=endpoint.name, reason="configuration").inc()
             return await self.passthrough(request)
         started = time.perf_counter()
         try:
-            self._authorize(request)
+            key = self._authorize(request)
             raw, body = await read_json(request, *self._body_limits())
             endpoint.check(body)
+            caller = caller_of(key, request.headers, body)
             await self.catalog.check(body)
-            if endpoint.not_gated(body):
+            if reason := endpoint.not_gated(body):
+                self.metrics.passed_through.labels(endpoint=endpoint.name, reason=reason).inc()
                 return await self.pass_through(request, raw, body)
-            plan = self._plan(endpoint.gate_view(body), endpoint.name)
+            raw = without_mode_field(raw, body)
+            plan = self._plan(endpoint.gate_view(body), endpoint.name, caller)
         except BadRequest as exc:
             # no model label: a rejected request's model name is whatever the client typed
-            self.metrics.requests.labels(model="", route="none", status=str(exc.status)).inc()
-            return exc.response()
+            self.metrics.requests.labels(model="", route="none", status=str(exc.status), endpoint=endpoint.name,
+                                         key="").inc()
+            return exc.response(endpoint.error)
         self.metrics.decisions.labels(model=self.metrics.model_label(plan.model), route=plan.decision.route,
-                                      reason=Planner.decision_reason(plan)).inc()
+                                      reason=Planner.decision_reason(plan), key=caller.label).inc()
         request_id = request.headers.get("x-request-id")  # headers already parsed by read_json
         observation = Observation(request_id=request_id[:128] if request_id else None, reshape=endpoint.reshape)
         outcome = Outcome(plan, 200, observation, time.perf_counter() - started)
@@ -134,19 +140,19 @@ class Proxy:
             # until a stream's first event the client has nothing either: it may leave meanwhile
             async with cancelled_if_client_leaves(request.receive):
                 return await answer(exchange, "first_event" if exchange.streamed else "end", respond, refused,
-                                    headers=plan.headers())
+                                    headers=plan.headers(), shape=endpoint.error)
         except ClientGone:
             return Response(status_code=499)
 
-    def _plan(self, body: dict[str, Any], endpoint: str) -> Plan:
+    def _plan(self, body: dict[str, Any], endpoint: str, caller: Caller) -> Plan:
         model = body.get("model")
         serving = self.catalog.pools_serving(model)
         try:
-            return self.planner.plan(body, endpoint, serving, context=self.catalog.context_of(model))
+            return self.planner.plan(body, endpoint, serving, context=self.catalog.context_of(model), caller=caller)
         except Exception as exc:  # a bug in the gate must not lose the request
             log.exception("the gate failed on a request; routing it to a plain pool")
             self.metrics.gate_errors.inc()
-            return self.planner.fallback_plan(body, endpoint, exc, serving)
+            return self.planner.fallback_plan(body, endpoint, exc, serving, caller)
 
     def _respond(self, plan: Plan, endpoint: Endpoint, exchange: Exchange) -> Response:
         """The answer to the client, relayed as a stream or whole."""
@@ -177,13 +183,13 @@ class Proxy:
         """How much of a request body the proxy reads, and how long it waits on a pause in it."""
         return self.settings.max_body_bytes, self.settings.client_body_timeout
 
-    def _authorize(self, request: Request) -> None:
+    def _authorize(self, request: Request) -> ApiKey | None:
+        """The configured key the request carries (None when the proxy has none); 401 without one."""
         keys = self.settings.api_keys
         if not keys or request.method == "OPTIONS":
             # a browser's CORS preflight carries no credentials; vLLM's key check lets it by too
-            return
-        if not token_matches(bearer_token(request.headers.get("authorization", "")), keys):
-            raise BadRequest(401, "invalid or missing API key", code="invalid_api_key")
+            return None
+        return authenticated_key(request.headers, keys)
 
     # ------------------------------------------------------------ other routes
 
@@ -207,18 +213,19 @@ class Proxy:
                 raise BadRequest(404, "Not Found: a path with '.' or '..' segments names no route")
             raw = await read_body(request, *self._body_limits())
         except BadRequest as exc:
-            return exc.response()
+            return exc.response(error_shape_of(request.scope["path"]))
         return await self.pass_through(request, raw, parse_json(raw) if raw else None)
 
     async def explain(self, request: Request) -> Response:
         try:
-            self._authorize(request)
+            key = self._authorize(request)
             _, body = await read_json(request, *self._body_limits())
             if not isinstance(body, dict):
                 raise BadRequest(400, "request body must be a JSON object")
             await self.catalog.keep_fresh(body.get("model"))  # the model's context bounds the estimate
             endpoint = endpoint_of_body(body)
-            plan = self._plan(endpoint.gate_view(body), endpoint.name)
+            caller = caller_of(key, request.headers, body)
+            plan = self._plan(endpoint.gate_view(body), endpoint.name, caller)
             explanation = admin.Explanation(**self.planner.explanation(plan, gated=endpoint.gated_by(self.settings)))
             return JSONResponse(explanation.model_dump(mode="json"))
         except BadRequest as exc:
@@ -340,7 +347,7 @@ def create_app(settings: ProxySettings,
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unexpected error", extra={"path": request.url.path})
-        return openai_error(500, "internal error in draftgate; the request was not forwarded")
+        return error_shape_of(request.url.path)(500, "internal error in draftgate; the request was not forwarded")
 
     app.state.proxy = proxy
     gated = HotRoutes(app, {path: proxy.gated(endpoint) for path, endpoint in GATED.items()})

@@ -144,6 +144,38 @@ class ModelPolicy(BaseModel):
                                             "predicted mean")
 
 
+class ApiKey(BaseModel):
+    """A client key, and what it may do: a bare string in ``api_keys`` is a key with
+    every default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: SecretStr = Field(description="the key, sent as Authorization: Bearer (or Anthropic's x-api-key)")
+    label: str = Field("", max_length=64, pattern=r"^[A-Za-z0-9_.:-]*$",
+                       description="names the key's requests on the metrics (the key label) and in the request "
+                                   "log; empty: unlabelled")
+    mode: Literal["auto", "always_on", "always_off"] | None = Field(
+        None, description="the key's requests are routed so, as a model's mode; unset: the model's policy")
+    allow_mode_header: bool = Field(
+        False, description="the key may choose per request with x-draftgate-mode (or draftgate_mode in the body)")
+    tpot_target_ms: float | None = Field(None, gt=0.0, description="the key's time-per-output-token target, in "
+                                                                   "place of the model's")
+    ttft_target_ms: float | None = Field(None, gt=0.0, description="the key's time-to-first-token target, in "
+                                                                   "place of the model's")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare(cls, value: Any) -> Any:
+        return {"key": value} if isinstance(value, (str, SecretStr)) else value
+
+    @field_validator("key")
+    @classmethod
+    def _not_empty(cls, key: SecretStr) -> SecretStr:
+        if not key.get_secret_value():
+            raise ValueError("a key must not be empty")
+        return key
+
+
 class ProxySettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DRAFTGATE_", env_nested_delimiter="__", extra="forbid")
 
@@ -162,14 +194,18 @@ class ProxySettings(BaseSettings):
     affinity_capacity: int = Field(100_000, ge=1, description="conversations whose pool and replica are remembered, "
                                                               "to keep their prefix cached (LRU)")
     gate_responses: bool = Field(
-        False, description="gate POST /v1/responses as the chat completion it amounts to; off, it is passed "
-                           "through to a plain pool like the other /v1 routes")
+        True, description="gate POST /v1/responses as the chat completion it amounts to (but background "
+                          "responses and follow-ups to a stored one); off, it is passed through to a plain pool "
+                          "like the other /v1 routes")
     response_holders_capacity: int = Field(
         50_000, ge=1, description="stored /v1/responses whose replica is remembered; past it, the oldest is "
                                   "looked up again by asking each replica")
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024,
                                 description="largest request body read, on any route (413 past it)")
-    api_keys: list[SecretStr] = Field(default_factory=list, description="accepted client keys; empty: open")
+    api_keys: list[ApiKey] = Field(
+        default_factory=list, description="accepted client keys, each a string or {key, label, mode, "
+                                          "allow_mode_header, tpot_target_ms, ttft_target_ms}; empty: open, and "
+                                          "every request may set x-draftgate-mode")
     admin_token: SecretStr | None = Field(None, description="enables POST /draftgate/reload, which must carry it "
                                                            "as a bearer token; unset: the endpoint is off")
     client_header_timeout: float = Field(

@@ -23,6 +23,7 @@ from draftgate.policy.structure.priors import StructurePriors
 from draftgate.policy.structure.sampling import SamplingDefaults
 from draftgate.proxy.config import (
     READ_AT_STARTUP,
+    ApiKey,
     ModelPolicy,
     PoolConfig,
     ProxySettings,
@@ -37,6 +38,7 @@ SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("pools[].sampling_defaults", SamplingDefaults),
     ("default_policy, models.*", ModelPolicy),
     ("structure_priors", StructurePriors),
+    ("api_keys[]", ApiKey),
 )
 
 _INTRO = """\

@@ -11,10 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-from draftgate.policy.structure import chat_completion, chat_view
+from draftgate.policy.structure import chat_completion, chat_view, messages_chat_chunk, messages_chat_view
 from draftgate.policy.vllm_fields import as_bool
 from draftgate.proxy.config import ProxySettings
-from draftgate.proxy.errors import stream_error_event
+from draftgate.proxy.errors import (
+    ErrorShape,
+    anthropic_error,
+    anthropic_stream_error_event,
+    openai_error,
+    stream_error_event,
+)
 from draftgate.proxy.request_body import BadRequest
 from draftgate.proxy.stored_responses import CREATE_PATH, continued_response_id, stored
 
@@ -27,6 +33,8 @@ class Endpoint:
     estimated_as: Literal["chat", "completions"] = "chat"  # the estimator's reading of the gate's view
     # the answer's objects as chat completions, for an API that shapes them otherwise
     reshape: Callable[[Any], Any] | None = None
+    # how the proxy writes the errors it answers itself on this route
+    error: ErrorShape = staticmethod(openai_error)
 
     def check(self, body: Any) -> None:
         """Raise BadRequest for a body the gate cannot plan for."""
@@ -109,18 +117,67 @@ class ResponsesEndpoint(Endpoint):
         return stream_error_event(status, message, events_relayed)
 
 
+class MessagesEndpoint(Endpoint):
+    """Anthropic's Messages API, gated as the chat completion vLLM makes of it
+    (``policy/structure/messages_api.py``); its errors in Anthropic's shape."""
+
+    name = "messages"
+    path = "/v1/messages"
+    reshape = staticmethod(messages_chat_chunk)
+    error = staticmethod(anthropic_error)
+
+    def check_fields(self, body: dict[str, Any]) -> None:
+        super().check_fields(body)
+        cap = body.get("max_tokens")
+        # required here (vLLM refuses a request without it too): it bounds the answer the gate prices
+        if not isinstance(cap, int) or isinstance(cap, bool) or cap <= 0:
+            raise BadRequest(400, "'max_tokens' must be a positive integer", param="max_tokens")
+
+    def gate_view(self, body: dict[str, Any]) -> dict[str, Any]:
+        return messages_chat_view(body)
+
+    def stream_error(self, status: int, message: str, events_relayed: int) -> bytes:
+        return anthropic_stream_error_event(status, message)
+
+
 CHAT = Endpoint()
 COMPLETIONS = CompletionsEndpoint()
 RESPONSES = ResponsesEndpoint()
-GATED: dict[str, Endpoint] = {e.path: e for e in (CHAT, COMPLETIONS, RESPONSES)}
-BY_NAME: dict[str, Endpoint] = {e.name: e for e in (CHAT, COMPLETIONS, RESPONSES)}
+MESSAGES = MessagesEndpoint()
+GATED: dict[str, Endpoint] = {e.path: e for e in (CHAT, COMPLETIONS, RESPONSES, MESSAGES)}
+BY_NAME: dict[str, Endpoint] = {e.name: e for e in (CHAT, COMPLETIONS, RESPONSES, MESSAGES)}
 
 
 def endpoint_of_body(body: dict[str, Any], completions: bool = False) -> Endpoint:
     """The endpoint a body sent to be explained is for, told from its own fields:
-    such a request has no path to tell it."""
+    such a request has no path to tell it. A Messages request is told by the
+    ``max_tokens`` it must have and the ``system`` field or content blocks only it has."""
     if completions or ("prompt" in body and "messages" not in body):
         return COMPLETIONS
     if "input" in body and "messages" not in body:
         return RESPONSES
+    if _looks_like_messages(body):
+        return MESSAGES
     return CHAT
+
+
+def _looks_like_messages(body: dict[str, Any]) -> bool:
+    if "system" in body or "stop_sequences" in body or "output_config" in body:
+        return True
+    tools = body.get("tools")
+    if isinstance(tools, list) and any(isinstance(t, dict) and "input_schema" in t for t in tools):
+        return True
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and choice.get("type") in ("any", "tool", "auto", "none"):
+        return True
+    messages = body.get("messages")
+    return isinstance(messages, list) and any(
+        isinstance(m, dict) and isinstance(m.get("content"), list)
+        and any(isinstance(b, dict) and b.get("type") in ("tool_use", "tool_result", "thinking") for b in m["content"])
+        for m in messages)
+
+
+def error_shape_of(path: str) -> ErrorShape:
+    """The error shape of a route the proxy passes on: Anthropic's under ``/v1/messages``
+    (``count_tokens``), OpenAI's elsewhere."""
+    return anthropic_error if path == MESSAGES.path or path.startswith(MESSAGES.path + "/") else openai_error

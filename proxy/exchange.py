@@ -35,7 +35,7 @@ from starlette.responses import Response, StreamingResponse
 
 from draftgate.proxy.budget import RetryBudget
 from draftgate.proxy.config import ProxySettings
-from draftgate.proxy.errors import at_capacity_error, openai_error
+from draftgate.proxy.errors import ErrorShape, at_capacity_error, openai_error
 from draftgate.proxy.headers import downstream_headers, upstream_headers
 from draftgate.proxy.metrics import ProxyMetrics
 from draftgate.proxy.observe import Observation
@@ -386,19 +386,19 @@ class Exchange:
 
 async def answer(exchange: Exchange, until: Until, respond: Callable[[], Response],
                  refused: Callable[[int], None] | None = None,
-                 headers: dict[str, str] | None = None) -> Response:
+                 headers: dict[str, str] | None = None, shape: ErrorShape = openai_error) -> Response:
     """Open ``exchange`` and answer with ``respond()``; or, when no pool can take it,
-    with the error that says why (``refused(status)`` is told which).
+    with the error that says why, in ``shape`` (``refused(status)`` is told which).
     ``headers``: the proxy's own, on an at-capacity answer too."""
     try:
         await exchange.open(until)
     except NoCapacity:
-        status, response = 503, at_capacity_error(headers)
+        status, response = 503, at_capacity_error(headers, shape)
     except UpstreamUnavailable as exc:
-        status, response = exc.status, openai_error(exc.status, f"no pool could serve the request: {exc}",
-                                                     code="upstream_unavailable")
+        status, response = exc.status, shape(exc.status, f"no pool could serve the request: {exc}",
+                                              code="upstream_unavailable")
     except UpstreamAborted:
-        status, response = 503, shutting_down_error()
+        status, response = 503, shutting_down_error(shape)
     except asyncio.CancelledError:
         if refused is not None:
             refused(499)

@@ -20,6 +20,7 @@ HOP_BY_HOP = frozenset({
     # the proxy's server has already answered it (100 Continue) and read the whole body
     b"expect",
 })
+CLIENT_KEYS = frozenset({b"authorization", b"x-api-key"})
 # the proxy's own server answers with its own date; the upstream's server name is not ours to relay
 NOT_RELAYED = HOP_BY_HOP | {b"date", b"server"}
 
@@ -27,10 +28,11 @@ NOT_RELAYED = HOP_BY_HOP | {b"date", b"server"}
 def upstream_headers(incoming: Iterable[tuple[bytes, bytes]], pool: Pool,
                      strip_authorization: bool) -> list[tuple[bytes, bytes]]:
     """The client's headers for ``pool``: hop-by-hop ones dropped, the pool's own key
-    in place of the client's when it has one. Names arrive lower-cased (ASGI)."""
+    in place of the client's when it has one (the client's, either way it came:
+    a bearer token or Anthropic's ``x-api-key``). Names arrive lower-cased (ASGI)."""
     drop_auth = strip_authorization or pool.config.api_key is not None
     headers = [(k, v) for k, v in incoming
-               if k not in HOP_BY_HOP and not (drop_auth and k == b"authorization")]
+               if k not in HOP_BY_HOP and not (drop_auth and k in CLIENT_KEYS)]
     if pool.config.api_key is not None:
         headers.append((b"authorization", f"Bearer {pool.config.api_key.get_secret_value()}".encode("latin-1")))
     return headers

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from draftgate.proxy.errors import openai_error
+from draftgate.proxy.endpoints import error_shape_of
 
 log = logging.getLogger("draftgate.proxy")
 
@@ -42,5 +42,5 @@ class HotRoutes:
             response = await handler(request)
         except Exception:
             log.exception("unexpected error", extra={"path": scope["path"]})
-            response = openai_error(500, "internal error in draftgate; the request was not forwarded")
+            response = error_shape_of(scope["path"])(500, "internal error in draftgate; the request was not forwarded")
         await response(scope, receive, send)

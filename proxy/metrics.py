@@ -75,10 +75,14 @@ class ProxyMetrics:
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
         GCCollector(registry=r)
-        self.requests = Counter("draftgate_requests", "Requests answered, by model, route and HTTP status.",
-                                ["model", "route", "status"], registry=r)
+        self.requests = Counter("draftgate_requests", "Gated requests answered, by model, route, HTTP status, "
+                                "endpoint and client key label.", ["model", "route", "status", "endpoint", "key"],
+                                registry=r)
         self.decisions = Counter("draftgate_decisions", "Gate decisions, by route and deciding reason.",
-                                 ["model", "route", "reason"], registry=r)
+                                 ["model", "route", "reason", "key"], registry=r)
+        self.passed_through = Counter("draftgate_passed_through", "Requests to a gated endpoint passed through "
+                                      "ungated, by why: configuration (the endpoint is not gated), "
+                                      "continues_stored_response, background.", ["endpoint", "reason"], registry=r)
         self.failovers = Counter("draftgate_failovers", "Requests retried on another pool.",
                                  ["from_pool", "to_pool", "reason"], registry=r)
         self.retry_denied = Counter("draftgate_retry_budget_exhausted", "Failovers refused by the retry budget.",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import random
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from draftgate.policy.calibration import Calibration, CalibrationError
@@ -26,6 +26,7 @@ from draftgate.policy.structure import (
 )
 from draftgate.proxy.affinity import AffinityTable, Conversation, Match
 from draftgate.proxy.calibration_file import load_calibration
+from draftgate.proxy.callers import Caller
 from draftgate.proxy.config import ConfigError, ModelPolicy, ProxySettings
 from draftgate.proxy.endpoints import BY_NAME
 from draftgate.proxy.metrics import ProxyMetrics
@@ -46,6 +47,7 @@ class Plan:
     decision: Decision
     order: list[str]  # pools to try, the route first
     explored: bool = False  # sent to the pool the gate did not choose, to measure the counterfactual
+    caller: Caller = field(default_factory=Caller)
 
     @property
     def route(self) -> str:
@@ -157,9 +159,11 @@ class Planner:
                           objective=config.objective, gpu_budget=seconds(config.gpu_budget_ms_per_token))
 
     def plan(self, body: dict[str, Any], endpoint: str, serving: set[str] | None = None,
-             context: int | None = None) -> Plan:
+             context: int | None = None, caller: Caller | None = None) -> Plan:
         """``serving``: the pools that serve the request's model, when not all do;
-        ``context``: its ``max_model_len``, when the pools have said it."""
+        ``context``: its ``max_model_len``, when the pools have said it; ``caller``:
+        who sent it, whose key (or own choice) may set the mode and targets."""
+        caller = caller or Caller()
         model = body.get("model") if isinstance(body.get("model"), str) else None
         prior = estimate(body, priors=self.settings.structure_priors, defaults=self.sampling_defaults(),
                          endpoint=BY_NAME[endpoint].estimated_as, context_tokens=context)
@@ -167,7 +171,7 @@ class Planner:
         blended = self.learner.blend(shape, prior, body, context)
         conversation = Conversation.of(body)
         match = self.affinity.lookup(conversation, blended.prompt_tokens)
-        policy = self.gate_policy(model)
+        policy = caller.policy(self.gate_policy(model))
         affinity = Affinity(match.placement.pool, match.cached_tokens) if match else None
         views = self.pools.views()
         if serving is not None:
@@ -180,12 +184,12 @@ class Planner:
         order = [decision.route] + [c.pool for c in sorted(decision.costs, key=lambda c: c.cost_per_token)
                                     if c.pool != decision.route]
         self._remember(shape, decision.route)
-        plan = Plan(body, endpoint, model, blended, shape, conversation, match, decision, order)
+        plan = Plan(body, endpoint, model, blended, shape, conversation, match, decision, order, caller=caller)
         self._maybe_explore(plan, policy.mode)
         return plan
 
     def fallback_plan(self, body: dict[str, Any], endpoint: str, error: Exception,
-                      serving: set[str] | None = None) -> Plan:
+                      serving: set[str] | None = None, caller: Caller | None = None) -> Plan:
         """A plan made without the gate, for a request the gate failed on: plain pools
         first. Speculation is an optimisation; a bug in weighing it must not cost the
         client its answer."""
@@ -195,7 +199,7 @@ class Planner:
                             cause="gate_error", break_even=lambda: (None, "the gate failed"))
         model = body.get("model") if isinstance(body.get("model"), str) else None
         return Plan(body, endpoint, model, StructureEstimate.unknown(reason), "", Conversation((), None), None,
-                    decision, order)
+                    decision, order, caller=caller or Caller())
 
     def explanation(self, plan: Plan, gated: bool = True) -> dict[str, Any]:
         """What ``plan`` says, and where its request would go: to a plain pool,
@@ -205,6 +209,8 @@ class Planner:
             result["route"] = self.pools.plain_first()[0]
             result["reasons"].insert(0, f"gate_responses is off: /v1/responses is passed through to "
                                         f"{result['route']}; the rest says what the gate would do")
+        if plan.caller.chose_mode:
+            result["reasons"].insert(0, f"the request chose mode {plan.caller.mode} (x-draftgate-mode)")
         return result
 
     def learn(self, plan: Plan, measured: ObservedStructure | None, pool: str, replica: str,

@@ -96,7 +96,8 @@ class Recorder:
         settings, m = self.planner.settings, self.metrics
         route = pool.name if pool is not None else plan.route
         model = m.model_label(plan.model)
-        m.requests.labels(model=model, route=route, status=str(status)).inc()
+        m.requests.labels(model=model, route=route, status=str(status), endpoint=plan.endpoint,
+                          key=plan.caller.label).inc()
         m.overhead.labels(endpoint=plan.endpoint).observe(outcome.overhead)
         measured = None
         tau_obs = saving_obs = None
@@ -340,7 +341,7 @@ class Recorder:
         replica = outcome.replica.url if outcome.replica is not None else None
         record: dict[str, Any] = {
             "event": "request", "id": observation.response_id, "request_id": observation.request_id,
-            "endpoint": plan.endpoint,
+            "endpoint": plan.endpoint, "key": plan.caller.label,
             "model": plan.model or "", "route": route, "replica": replica,
             "decided": plan.decision.route, "explored": plan.explored, "class": plan.request_class,
             "status": status, "stream": streams(plan.body),

@@ -1,7 +1,7 @@
 """Relay upstream bodies to the client as they arrive.
 
-A gated stream goes event by event (chat's data-only events, or the Responses
-API's named ones): each complete event is forwarded as soon
+A gated stream goes event by event (chat's data-only events, or the named ones
+of the Responses and Messages APIs): each complete event is forwarded as soon
 as its terminating blank line is seen; the only event ever removed is the
 usage-only chunk that ``--enable-force-include-usage`` adds for clients that
 did not ask for usage, so the client sees exactly what a direct call would
@@ -31,6 +31,10 @@ def _is_usage_only(payload: Any) -> bool:
 # response, so it alone is read (a failed one has nothing to measure, but has
 # ended as the server meant it to, as a chat stream's error and [DONE] do).
 _RESPONSE_ENDS = (b"event: response.completed\n", b"event: response.incomplete\n", b"event: response.failed\n")
+# The Messages API names its events too, but none holds the whole answer: each is
+# read as it passes (they are small), and ``message_stop`` ends the stream.
+_MESSAGE_EVENTS = (b"event: message_", b"event: content_block_")
+_MESSAGE_END = b"event: message_stop\n"
 
 
 async def relay_events(chunks: AsyncIterator[bytes], observation: Observation,
@@ -67,6 +71,10 @@ async def relay_events(chunks: AsyncIterator[bytes], observation: Observation,
             elif event.startswith(_RESPONSE_ENDS):
                 observation.unread_answer = event.partition(b"\ndata: ")[2]
                 observation.complete = True
+            elif event.startswith(_MESSAGE_EVENTS):
+                observation.feed_bytes(event.partition(b"\ndata: ")[2])
+                if event.startswith(_MESSAGE_END):
+                    observation.complete = True
             events.append(event)
         if events:
             yield events

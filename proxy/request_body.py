@@ -17,11 +17,11 @@ from typing import Any
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 
-from draftgate.proxy.errors import openai_error
+from draftgate.proxy.errors import ErrorShape, openai_error
 
 
 class BadRequest(Exception):
-    """A request the proxy answers itself, with an OpenAI-shaped error of this status."""
+    """A request the proxy answers itself, with an error of this status in the route's shape."""
 
     def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
                  closes: bool = False) -> None:
@@ -29,9 +29,9 @@ class BadRequest(Exception):
         super().__init__(message)
         self.status, self.param, self.code, self.closes = status, param, code, closes
 
-    def response(self) -> JSONResponse:
+    def response(self, shape: ErrorShape = openai_error) -> JSONResponse:
         headers = {"connection": "close"} if self.closes else None
-        return openai_error(self.status, str(self), param=self.param, code=self.code, headers=headers)
+        return shape(self.status, str(self), param=self.param, code=self.code, headers=headers)
 
 
 async def read_body(request: Request, limit: int, patience: float) -> bytes:

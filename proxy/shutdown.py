@@ -22,7 +22,7 @@ from typing import Any
 
 from starlette.responses import Response
 
-from draftgate.proxy.errors import openai_error
+from draftgate.proxy.errors import ErrorShape, openai_error
 from draftgate.proxy.upstream import UpstreamAborted, UpstreamClient
 
 log = logging.getLogger("draftgate.proxy")
@@ -66,9 +66,9 @@ class Shutdown:
             await asyncio.wait(set(self._settling), timeout=SETTLING_GRACE_SECONDS)
 
 
-def shutting_down_error() -> Response:
+def shutting_down_error(shape: ErrorShape = openai_error) -> Response:
     """The answer to a request the shutdown ended before its answer began."""
-    return openai_error(503, f"{SHUTTING_DOWN}; retry the request", code="shutting_down",
+    return shape(503, f"{SHUTTING_DOWN}; retry the request", code="shutting_down",
                         headers={"retry-after": "1"})
 
 

@@ -226,3 +226,15 @@ def test_latency_targets_and_the_objective_reach_the_proxy_from_values(tmp_path:
     policy = load_settings(tmp_path / "draftgate.yaml").default_policy
     assert (policy.tpot_target_ms, policy.ttft_target_ms, policy.objective) == (60, 2000, "latency")
     assert policy.gpu_budget_ms_per_token == 30
+
+
+def test_keys_with_labels_and_modes_reach_the_proxy_through_the_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    keys = ["plain-key", {"key": "team-key", "label": "team-a", "mode": "always_off", "allow_mode_header": True}]
+    secret = next(d for d in render(values={"apiKeys": keys}) if d["kind"] == "Secret")
+    monkeypatch.setenv("DRAFTGATE_API_KEYS", secret["stringData"]["api-keys"])
+    settings = load_settings(None, pools=EXTERNAL["externalPools"])
+    assert [(k.key.get_secret_value(), k.label, k.mode) for k in settings.api_keys] == [
+        ("plain-key", "", None), ("team-key", "team-a", "always_off")]
+    bad = subprocess.run([helm_binary(), "template", "dg", str(CHART), "--set", "apiKeys[0].key=k",
+                          "--set", "apiKeys[0].label=not a label"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "apiKeys" in bad.stderr, bad.stderr

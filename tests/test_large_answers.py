@@ -276,7 +276,7 @@ def test_a_responses_streams_end_reaches_the_client_before_its_answer_is_read(
     logprobs 10 MB, read in 0.1-0.2 s. The stream ends for the client first; the
     reading, the recording and the replica's release follow."""
     client_has_the_end = hold_answer_readings(monkeypatch)
-    with stack(63, gate_responses=True) as s:
+    with stack(63) as s:
         body = {"model": MODEL, "input": "tell me a story", "max_output_tokens": 40, "temperature": 0,
                 "stream": True}
         with httpx.stream("POST", f"{s.proxy.url}/v1/responses", timeout=5, json=body) as events:
@@ -294,7 +294,7 @@ def test_stopping_waits_for_answers_still_being_read(monkeypatch: pytest.MonkeyP
     is told to stop: stopping waits for that reading, so its tokens are counted."""
     reading = hold_answer_readings(monkeypatch)
     with emulator(63, True) as on, emulator(63, False) as off:
-        app = create_app(proxy_settings(on.url, off.url, gate_responses=True))
+        app = create_app(proxy_settings(on.url, off.url))
         with proxy_server(app) as proxy:
             body = {"model": MODEL, "input": "tell me a story", "max_output_tokens": 40, "temperature": 0,
                     "stream": True}
@@ -321,7 +321,7 @@ def output_tokens_in(metrics: str) -> float:
 
 def test_a_large_responses_answer_through_the_proxy_is_measured_in_full() -> None:
     """Logprobs make it large, streamed or not: it is read without them, and its tokens are all counted."""
-    with stack(62, gate_responses=True) as s:
+    with stack(62) as s:
         body = {"model": MODEL, "input": "tell me a long story", "max_output_tokens": 400, "top_logprobs": 20,
                 "include": ["message.output_text.logprobs"], "temperature": 0}
 

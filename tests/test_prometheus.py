@@ -118,4 +118,7 @@ def _drive_traffic(st, seconds: float) -> None:  # type: ignore[no-untyped-def]
         if i % 10 == 0:
             httpx.post(f"{st.proxy.url}/v1/chat/completions", json={"model": "missing", "messages": [
                 {"role": "user", "content": "x"}]})
+            # a background response is passed through ungated, and counted so
+            httpx.post(f"{st.proxy.url}/v1/responses", timeout=60, json={
+                "model": MODEL, "input": f"later {i}", "background": True, "max_output_tokens": 5})
         time.sleep(0.05)

@@ -33,7 +33,7 @@ def without_ids(response: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_tool_calls_go_to_speculation_and_prose_to_the_plain_pool_each_answered_as_directly() -> None:
-    with stack(5, gate_responses=True) as st_:
+    with stack(5) as st_:
         call = httpx.post(f"{st_.proxy.url}/v1/responses", json=TOOL_CALL, timeout=60)
         prose = httpx.post(f"{st_.proxy.url}/v1/responses", json=PROSE, timeout=60)
         assert call.status_code == prose.status_code == 200, (call.text, prose.text)
@@ -49,7 +49,7 @@ def test_tool_calls_go_to_speculation_and_prose_to_the_plain_pool_each_answered_
 
 
 def test_a_stream_is_relayed_event_for_event_and_measured_from_its_last() -> None:
-    with stack(6, gate_responses=True) as st_:
+    with stack(6) as st_:
         body = {**TOOL_CALL, "stream": True}
         with httpx.stream("POST", f"{st_.proxy.url}/v1/responses", json=body, timeout=60) as through:
             assert through.headers["x-draftgate-route"] == "spec-on"
@@ -69,7 +69,7 @@ def test_a_stream_is_relayed_event_for_event_and_measured_from_its_last() -> Non
 def test_json_output_is_gated_and_its_content_measured_as_schema_bound() -> None:
     schema = {"type": "object", "properties": {"ids": {"type": "array", "minItems": 8, "items": {"type": "integer"}}},
               "required": ["ids"]}
-    with stack(7, gate_responses=True) as st_:
+    with stack(7) as st_:
         answer = st_.client.responses.create(model=MODEL, input="list ids", temperature=0,
                                              text={"format": {"type": "json_schema", "name": "ids",
                                                               "schema": schema}})
@@ -79,7 +79,7 @@ def test_json_output_is_gated_and_its_content_measured_as_schema_bound() -> None
 
 
 def test_a_refused_response_fails_over_and_a_broken_stream_ends_with_the_apis_error_event() -> None:
-    with stack(10, gate_responses=True) as st_:
+    with stack(10) as st_:
         httpx.post(f"{st_.on.url}/debug/faults", json={"error_status": 503})
         answer = httpx.post(f"{st_.proxy.url}/v1/responses", json=TOOL_CALL, timeout=60)
         assert answer.status_code == 200 and answer.headers["x-draftgate-route"] == "spec-off"
@@ -100,21 +100,22 @@ def test_a_refused_response_fails_over_and_a_broken_stream_ends_with_the_apis_er
 
 
 def test_explain_reads_a_responses_body_as_the_gate_does() -> None:
-    with stack(9, gate_responses=True) as st_:
+    with stack(9) as st_:
         explained = httpx.post(f"{st_.proxy.url}/draftgate/explain", json=TOOL_CALL).json()
         assert explained["route"] == "spec-on"
         assert explained["w_s"] == 1.0
         assert any(r.startswith("tool_choice=required") for r in explained["reasons"]), explained
 
 
-def test_ungated_by_default_responses_pass_through_to_the_plain_pool_as_issue_5_has_it() -> None:
-    with stack(11) as st_:
+def test_switched_off_responses_pass_through_to_the_plain_pool_and_are_counted_so() -> None:
+    with stack(11, gate_responses=False) as st_:
         explained = httpx.post(f"{st_.proxy.url}/draftgate/explain", json=TOOL_CALL).json()
         assert explained["route"] == "spec-off" and explained["reasons"][0].startswith("gate_responses is off")
         answer = httpx.post(f"{st_.proxy.url}/v1/responses", json=TOOL_CALL, timeout=60)
         assert answer.status_code == 200 and answer.headers["x-draftgate-route"] == "spec-off"
         assert "x-draftgate-predicted-saving" not in answer.headers
         assert st_.metric("draftgate_output_tokens_total") == 0  # passed through, not observed
+        assert st_.metric("draftgate_passed_through_total", endpoint="responses", reason="configuration") == 1
         # and what the pool says of a body it cannot read reaches the client as the pool said it
         bad = httpx.post(f"{st_.proxy.url}/v1/responses", json={"model": MODEL})
         assert bad.status_code == 400 and bad.json()["error"]["message"] == "input must be a string or a list of items"
@@ -126,7 +127,7 @@ def test_ungated_by_default_responses_pass_through_to_the_plain_pool_as_issue_5_
     ({"model": 7, "input": "x"}, "'model' must be a string"),
 ])
 def test_a_request_the_gate_cannot_read_gets_an_openai_error(body: dict[str, Any], message: str) -> None:
-    with stack(8, gate_responses=True) as st_:
+    with stack(8) as st_:
         answer = httpx.post(f"{st_.proxy.url}/v1/responses", json=body)
         assert answer.status_code == 400
         assert answer.json()["error"]["message"] == message
@@ -144,7 +145,7 @@ RESPONSES_FIELDS = ["input", "instructions", "tools", "tool_choice", "text", "re
 def test_odd_values_in_any_field_the_gate_reads_never_break_the_proxy() -> None:
     """Every such request is answered, or its backend's 4xx passed on, in the OpenAI shape; explain
     answers in strict JSON; the gate never fails."""
-    with stack(12, gate_responses=True) as st_, httpx.Client(timeout=30) as client:
+    with stack(12) as st_, httpx.Client(timeout=30) as client:
         for field in RESPONSES_FIELDS:
             for value in ODD_VALUES:
                 fields = {"model": f'"{MODEL}"', "input": '"hi"', "max_output_tokens": "5", field: value}

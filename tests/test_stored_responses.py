@@ -25,7 +25,7 @@ from draftgate.proxy.stored_responses import (
 )
 from draftgate.servers import ServerProcess, ServerThread
 from tests.conftest import emulator
-from tests.proxy_harness import hold_answer_readings, proxy_server
+from tests.proxy_harness import hold_answer_readings, metric_value, proxy_server
 
 MODEL = "Qwen/Qwen3-32B"
 
@@ -128,6 +128,13 @@ def test_a_gated_answer_names_its_holder_before_the_client_has_it(monkeypatch: p
             reading.set()
         for rid in (whole.json()["id"], streamed[0].response.id):
             assert httpx.get(f"{stack.proxy.url}/v1/responses/{rid}").status_code == 200
+        # a follow-up goes where its response is, ungated, and is counted as such
+        follow = stack.post("/v1/responses", input="more", previous_response_id=whole.json()["id"],
+                            max_output_tokens=5)
+        assert follow.status_code == 200 and "x-draftgate-predicted-saving" not in follow.headers
+        metrics = httpx.get(f"{stack.proxy.url}/metrics").text
+        assert metric_value(metrics, "draftgate_passed_through_total", endpoint="responses",
+                            reason="continues_stored_response") == 1
 
 
 def test_responses_the_proxy_never_saw_are_found_by_asking_each_replica() -> None:

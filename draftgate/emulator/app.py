@@ -3,6 +3,7 @@
 Importable for in-process tests (``create_app``), and served by
 ``draftgate emulate`` under uvicorn. Routes mirror vLLM's: chat and text
 completions (streamed and not), the Responses API (``draftgate/emulator/responses.py``),
+Anthropic's Messages API (``draftgate/emulator/messages.py``),
 models, health, metrics, tokenize, version, prefix cache reset; plus the debug routes of ``draftgate/emulator/debug.py``.
 """
 
@@ -33,6 +34,7 @@ from draftgate.emulator import truth, wire
 from draftgate.emulator.debug import debug_routes
 from draftgate.emulator.engine import Engine, Sequence, SpecConfig
 from draftgate.emulator.faults import CutShort, Faults
+from draftgate.emulator.messages import Messages
 from draftgate.emulator.metrics import EngineMetrics
 from draftgate.emulator.profile import EngineProfile
 from draftgate.emulator.request_fields import (
@@ -132,7 +134,7 @@ class Emulator:
         """vLLM's /tokenize: a prompt, or messages as the chat template renders them
         (the count is the ``prompt_tokens`` a chat with those messages reports)."""
         try:
-            body = await self._read_object(request)
+            body = await self.read_object(request)
             if isinstance(body.get("messages"), list):
                 text = render_chat_prompt(body["messages"], body.get("tools"))
             elif isinstance(body.get("prompt"), str):
@@ -165,9 +167,14 @@ class Emulator:
 
     async def _complete(self, request: Request, endpoint: str) -> Response:
         try:
-            body = await self._parse(request, endpoint)
+            body = self.checked(await self.read_object(request), endpoint)
         except BadRequest as exc:
             return wire.error_response(str(exc), exc.status, exc.param)
+        return await self.generate(request, body, endpoint)
+
+    async def generate(self, request: Request, body: dict[str, Any], endpoint: str) -> Response:
+        """The answer to a checked chat or completions ``body`` (``checked``): whole, or
+        as a stream; the Messages API's route converts it as vLLM does."""
         faults = self.faults
         if faults.first_byte_delay:
             await asyncio.sleep(faults.first_byte_delay)
@@ -201,7 +208,7 @@ class Emulator:
             return CutShort(answer)
         return JSONResponse(answer, headers={truth.HEADER: truth.write(request_truth(seqs))})
 
-    async def _read_object(self, request: Request) -> dict[str, Any]:
+    async def read_object(self, request: Request) -> dict[str, Any]:
         """A JSON object body naming this model (or none), as every POST route needs it."""
         # as vLLM checks it: the media type, in any case, and no header is no JSON
         if request.headers.get("content-type", "").lower().split(";", 1)[0].strip() != "application/json":
@@ -219,8 +226,9 @@ class Emulator:
             raise BadRequest(f"The model `{model}` does not exist.", 404, "model")
         return body
 
-    async def _parse(self, request: Request, endpoint: str) -> dict[str, Any]:
-        body = typed(await self._read_object(request), endpoint)
+    def checked(self, body: dict[str, Any], endpoint: str) -> dict[str, Any]:
+        """``body`` typed and checked as vLLM's request models check it; raises BadRequest."""
+        body = typed(body, endpoint)
         if endpoint == "chat":
             messages = body.get("messages")
             if not isinstance(messages, list) or not messages or not all(
@@ -343,9 +351,14 @@ class Emulator:
         want_logprobs = body.get("logprobs") is True if endpoint == "chat" else isinstance(body.get("logprobs"), int)
         top = (body.get("top_logprobs") or 0) if endpoint == "chat" else (body.get("logprobs") or 0)
 
+        # vLLM's continuous_usage_stats: every chunk carries the usage so far (the Messages API asks for it)
+        continuous = include_usage and options.get("continuous_usage_stats") is True
+
         def chunk(choices: list[dict[str, Any]], **extra: Any) -> bytes:
             payload = {"id": rid, "object": obj, "created": created, "model": self.config.model,
                        "choices": choices, **extra}
+            if continuous and "usage" not in extra:
+                payload["usage"] = wire.usage(prompt_len, sent_tokens)
             return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
 
         queue: asyncio.Queue[tuple[int, str, int, int]] = asyncio.Queue()
@@ -451,6 +464,7 @@ def create_app(config: EmulatorConfig) -> Starlette:
             Route("/version", emulator.version, methods=["GET"]),
             Route("/reset_prefix_cache", emulator.reset_prefix_cache, methods=["POST"]),
             *Responses(emulator, config.responses_store).routes(),
+            *Messages(emulator).routes(),
             *debug_routes(emulator),
         ],
         # vLLM's defaults (--allowed-origins, --allowed-methods, --allowed-headers all "*"):

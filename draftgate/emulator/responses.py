@@ -120,7 +120,7 @@ class Responses:
 
     async def create(self, request: Request) -> Response:
         try:
-            body = typed(await self.emulator._read_object(request), "responses")
+            body = typed(await self.emulator.read_object(request), "responses")
             if not isinstance(body.get("input"), (str, list)):
                 raise BadRequest("input must be a string or a list of items", param="input")
             check_sampling(body, ("max_output_tokens",))

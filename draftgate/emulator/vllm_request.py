@@ -12,6 +12,7 @@ differently, the tests that run it against this server would show it.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -179,3 +180,121 @@ def _input_item(item: Any) -> dict[str, Any] | None:
         output = item.get("output")
         return {"role": "tool", "tool_call_id": item.get("call_id"), "content": output if isinstance(output, str) else ""}
     return None
+
+
+# -------------------------------------------------------------- Anthropic's Messages API
+
+_MESSAGES_CARRIED = ("model", "temperature", "top_p", "top_k", "chat_template_kwargs", "stream")
+_ROLES = {"user": "user", "assistant": "assistant", "system": "system", "ctx": "user", "msg": "user"}
+_BLOCKS = frozenset({"text", "image", "tool_use", "tool_result", "tool_reference", "thinking", "redacted_thinking"})
+_ANTHROPIC_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
+
+
+def messages_problem(body: dict[str, Any]) -> tuple[str, str] | None:
+    """What vLLM's request model refuses in a Messages body, as (message, field); None if nothing.
+    ``thinking`` and any other field it does not declare are ignored, as pydantic ignores them."""
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        return "model is required", "model"
+    cap = body.get("max_tokens")
+    if as_int(cap) is None or isinstance(cap, bool) or as_int(cap) <= 0:
+        return "max_tokens must be a positive integer", "max_tokens"
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return "messages must be a list", "messages"
+    for message in messages:
+        if not isinstance(message, dict) or message.get("role") not in _ROLES:
+            return "each message needs a role of user, assistant or system", "messages"
+        content = message.get("content")
+        if not isinstance(content, (str, list)) or isinstance(content, list) and not all(
+                isinstance(b, dict) and b.get("type") in _BLOCKS for b in content):
+            return "message content must be a string or a list of content blocks", "messages"
+    choice = body.get("tool_choice")
+    if choice is not None and (not isinstance(choice, dict) or choice.get("type") not in ("auto", "any", "tool", "none")
+                               or choice.get("type") == "tool" and not choice.get("name")):
+        return "tool_choice must be auto, any, none, or tool with a name", "tool_choice"
+    tools = body.get("tools")
+    if tools is not None and (not isinstance(tools, list) or not all(
+            isinstance(t, dict) and isinstance(t.get("name"), str) and isinstance(t.get("input_schema"), dict)
+            for t in tools)):
+        return "each tool needs a name and an input_schema object", "tools"
+    return None
+
+
+def messages_as_chat(body: dict[str, Any]) -> dict[str, Any]:
+    """The chat request vLLM's Messages serving builds from a checked (``messages_problem``) body."""
+    chat = {key: body[key] for key in _MESSAGES_CARRIED if key in body}
+    chat["max_tokens"] = chat["max_completion_tokens"] = as_int(body["max_tokens"])
+    if isinstance(body.get("stop_sequences"), list):
+        chat["stop"] = body["stop_sequences"]
+    if as_bool(body.get("stream")):
+        chat["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+    system = _blocks_text(body.get("system")) + "".join(
+        _blocks_text(m["content"]) for m in body["messages"] if _ROLES[m["role"]] == "system")
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    for message in body["messages"]:
+        role = _ROLES[message["role"]]
+        if role != "system":
+            messages += _turn(role, message["content"])
+    chat["messages"] = messages
+    config = body.get("output_config")
+    if isinstance(config, dict):
+        fmt = config.get("format")
+        if isinstance(fmt, dict) and isinstance(fmt.get("schema"), dict):
+            chat["response_format"] = {"type": "json_schema", "json_schema": {"name": "json_schema",
+                                                                              "schema": fmt["schema"]}}
+        if config.get("effort") is not None:
+            chat["reasoning_effort"] = config["effort"]
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict):
+        chat["tool_choice"] = (_ANTHROPIC_CHOICES[choice["type"]] if choice["type"] != "tool" else
+                               {"type": "function", "function": {"name": choice["name"]}})
+    if isinstance(body.get("tools"), list):
+        chat["tools"] = [{"type": "function", "function": {"name": t["name"], "description": t.get("description"),
+                                                           "parameters": t["input_schema"]}} for t in body["tools"]]
+        chat.setdefault("tool_choice", "auto")
+    return chat
+
+
+def _blocks_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return "".join(b["text"] for b in content if b.get("type") == "text" and isinstance(b.get("text"), str)
+                   and not b["text"].startswith("x-anthropic-billing-header"))
+
+
+def _turn(role: str, content: Any) -> list[dict[str, Any]]:
+    """One turn as chat messages; a user's tool results go before it, as tool messages."""
+    if isinstance(content, str):
+        return [{"role": role, "content": content}]
+    before: list[dict[str, Any]] = []
+    parts: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+    reasoning: list[str] = []
+    for block in content:
+        kind = block["type"]
+        if kind == "text" and block.get("text"):
+            parts.append({"type": "text", "text": block["text"]})
+        elif kind == "thinking" and isinstance(block.get("thinking"), str):
+            reasoning.append(block["thinking"])
+        elif kind == "tool_use":
+            calls.append({"id": block.get("id") or "call_0", "type": "function",
+                          "function": {"name": block.get("name") or "", "arguments": json.dumps(block.get("input") or {})}})
+        elif kind == "tool_result" and role == "user":
+            result = block.get("content")
+            text = result if isinstance(result, str) else "\n".join(
+                i.get("text", "") for i in result if isinstance(i, dict) and i.get("type") == "text") \
+                if isinstance(result, list) else ""
+            before.append({"role": "tool", "tool_call_id": block.get("tool_use_id") or "", "content": text})
+        elif kind == "tool_result":
+            parts.append({"type": "text", "text": f"Tool result: {block.get('content') or ''}"})
+    message: dict[str, Any] = {"role": role}
+    if reasoning:
+        message["reasoning"] = "".join(reasoning)
+    if calls:
+        message["tool_calls"] = calls
+    if parts:
+        message["content"] = parts[0]["text"] if len(parts) == 1 else "".join(p["text"] for p in parts)
+    keep = not (role == "user" and "content" not in message)
+    return before + ([message] if keep else [])

@@ -12,6 +12,7 @@ from draftgate.policy.structure.measure import (
     measure,
     measure_parts,
 )
+from draftgate.policy.structure.messages_api import messages_chat_chunk, messages_chat_view
 from draftgate.policy.structure.priors import DEFAULT_PRIORS, StructurePriors
 from draftgate.policy.structure.responses_api import chat_completion, chat_view
 from draftgate.policy.structure.sampling import QWEN3_DEFAULTS, SamplingDefaults
@@ -19,5 +20,6 @@ from draftgate.policy.structure.sampling import QWEN3_DEFAULTS, SamplingDefaults
 __all__ = [
     "DEFAULT_PRIORS", "QWEN3_DEFAULTS", "ClassTokens", "ObservedStructure", "SamplingDefaults",
     "StructureEstimate", "StructureLearner", "StructurePriors", "TextParts", "TokenCounter",
-    "chat_completion", "chat_view", "estimate", "measure", "measure_parts", "shape_key",
+    "chat_completion", "chat_view", "estimate", "measure", "measure_parts", "messages_chat_chunk",
+    "messages_chat_view", "shape_key",
 ]
