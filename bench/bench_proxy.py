@@ -1,6 +1,6 @@
 """Benchmark: the same load directly against an emulator and through the proxy, in one run.
 
-    python -m bench.bench_proxy [--rate 200] [--seconds 10] [--stream-rate 20] [--phases 5]
+    python -m bench.bench_proxy [--rate 200] [--seconds 10] [--stream-rate 20] [--phases 5] [--api messages]
 
 Starts two emulated pools, speculation on and off, and a proxy in front of
 both, as deployed (every process separate, as an operator runs them). For each
@@ -12,7 +12,8 @@ nothing but forward: the floor under draftgate's own work) and through the
 proxy, in turn, and prints latency p50/p99 and achieved throughput side by side:
 non-streamed (a one-token answer, so the backend's own time is small) and
 streamed (256 tokens; total time per stream). The proxy runs at its default
-log level, writing its JSON line per request.
+log level, writing its JSON line per request. ``--api messages`` sends the same
+loads as Anthropic's Messages API, whose streams the proxy reads event by event.
 
 Targets on 2 cores: at 200 requests/s the proxy adds <= 1 ms at p50 and <= 5 ms
 at p99; a streamed response through it takes <= 5% longer than direct.
@@ -39,11 +40,17 @@ BODY = {"model": "Qwen/Qwen3-32B", "messages": [{"role": "user", "content": "pin
         "temperature": 0}
 STREAM_BODY = {"model": "Qwen/Qwen3-32B", "messages": [{"role": "user", "content": "think hard"}],
                "reasoning_effort": "high", "max_tokens": 256, "temperature": 0, "stream": True}
+# the same loads in each API: (path, non-streamed body, streamed body)
+APIS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
+    "chat": ("/v1/chat/completions", BODY, STREAM_BODY),
+    "messages": ("/v1/messages", BODY, {**{k: v for k, v in STREAM_BODY.items() if k != "reasoning_effort"},
+                                        "output_config": {"effort": "high"}}),
+}
 
 
-async def one(origin: Origin, body: bytes) -> float:
+async def one(origin: Origin, path: str, body: bytes, headers: list[tuple[bytes, bytes]]) -> float:
     start = time.perf_counter()
-    response = await origin.request("POST", "/v1/chat/completions", HEADERS, body, 5.0, 60.0)
+    response = await origin.request("POST", path, headers, body, 5.0, 60.0)
     async for _ in response.aiter_raw():
         pass
     await response.aclose()
@@ -52,13 +59,14 @@ async def one(origin: Origin, body: bytes) -> float:
     return time.perf_counter() - start
 
 
-async def load(url: str, body: dict[str, Any], rate: float, seconds: float) -> tuple[list[float], float]:
+async def load(url: str, path: str, body: dict[str, Any], rate: float, seconds: float,
+               headers: list[tuple[bytes, bytes]]) -> tuple[list[float], float]:
     """Open-loop load at ``rate``; the client is draftgate's own lean one, so the
     load generator does not eat the CPU the servers under test need."""
     origin = Origin(url, max_idle=1000)
     raw = json.dumps(body).encode()
     for _ in range(5):
-        await one(origin, raw)  # warm connections and code paths
+        await one(origin, path, raw, headers)  # warm connections and code paths
     tasks = []
     start = time.perf_counter()
     n = int(rate * seconds)
@@ -66,7 +74,7 @@ async def load(url: str, body: dict[str, Any], rate: float, seconds: float) -> t
         delay = start + i / rate - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.ensure_future(one(origin, raw)))
+        tasks.append(asyncio.ensure_future(one(origin, path, raw, headers)))
     latencies = await asyncio.gather(*tasks)
     elapsed = time.perf_counter() - start
     origin.close()
@@ -102,13 +110,15 @@ def main() -> None:
     parser.add_argument("--stream-seconds", type=float, default=10.0)
     parser.add_argument("--phases", type=int, default=1,
                         help="alternate the paths this many times (each phase shorter)")
+    parser.add_argument("--api", choices=sorted(APIS), default="chat", help="the API the loads are sent in")
     args = parser.parse_args()
+    api_path, body_whole, body_streamed = APIS[args.api]
     results = []
     # non-streamed: a fast backend, so the proxy's own cost is visible; streamed: tokens
     # at 10x an H200's real pace for one 32B stream (256 tokens in ~0.5 s)
     for label, body, rate, seconds, scale in (
-            ("non-streamed", BODY, args.rate, args.seconds, "0.002"),
-            ("streamed 256 tok", STREAM_BODY, args.stream_rate, args.stream_seconds, "0.1")):
+            ("non-streamed", body_whole, args.rate, args.seconds, "0.002"),
+            ("streamed 256 tok", body_streamed, args.stream_rate, args.stream_seconds, "0.1")):
         emulate = ["emulate", "--enable-force-include-usage", "--time-scale", scale, "--max-num-seqs", "1024",
                    *NO_THINKING]
         speculative = ["--speculative-config", '{"method": "draft_model", "num_speculative_tokens": 8}',
@@ -117,6 +127,9 @@ def main() -> None:
             with ServerProcess(["serve", "--spec-on", on.url, "--spec-off", off.url]) as proxy:
                 route = route_of(proxy.url, body)
                 backend = on if route == "spec-on" else off
+                # Held on that pool: under load the gate may send some requests to the other pool,
+                # whose time is not the proxy's. The gate still plans each one as it would.
+                headers = [*HEADERS, (b"x-draftgate-mode", b"on" if route == "spec-on" else b"off")]
                 with ServerProcess(["--to", backend.url], module="bench.relay") as relay, \
                         ServerProcess(["--to", backend.url], module="bench.passthrough") as passthrough:
                     paths = {"direct": LoadPath(backend.url), "relay": LoadPath(relay.url, relay),
@@ -126,7 +139,7 @@ def main() -> None:
                     # all; one long phase each (the default) measures each in its steady state
                     for _ in range(args.phases):
                         for path in paths.values():
-                            path.run(body, rate, seconds / args.phases)
+                            path.run(api_path, body, headers, rate, seconds / args.phases)
                 results.append((f"{label} ({route})", paths))
     # CPU per request is the steadier figure on a shared machine: latency moves with the neighbours
     print(f"{'load':>27} {'path':>15} {'p50 ms':>9} {'p99 ms':>9} {'req/s':>8} {'CPU ms/req':>11}")
@@ -153,9 +166,10 @@ class LoadPath:
         self.rps: list[float] = []
         self.cpu = 0.0
 
-    def run(self, body: dict[str, Any], rate: float, seconds: float) -> None:
+    def run(self, api_path: str, body: dict[str, Any], headers: list[tuple[bytes, bytes]], rate: float,
+            seconds: float) -> None:
         before = cpu_seconds(self.server) if self.server else 0.0
-        latencies, rps = asyncio.run(load(self.url, body, rate, seconds))
+        latencies, rps = asyncio.run(load(self.url, api_path, body, rate, seconds, headers))
         if self.server:
             self.cpu += cpu_seconds(self.server) - before
         self.latencies += latencies
