@@ -8,7 +8,6 @@ client's own types, and it is counted on the metrics under its endpoint."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -160,11 +159,16 @@ def test_langchain_chat_openai_with_bound_tools(pools: Stack, streamed: bool) ->
     assert counted(pools, "chat", before)
 
 
-@contextlib.contextmanager
-def anthropic_client(pools: Stack) -> Iterator[tuple[anthropic.Anthropic, Routes]]:
+def anthropic_answer(pools: Stack, request: dict[str, Any], streamed: bool) -> tuple[anthropic.types.Message, Routes]:
+    """The anthropic client's answer to ``request`` through the proxy (its stream's final
+    message, when ``streamed``), and the routes it was told."""
     routes = Routes()
     with httpx2.Client(event_hooks={"response": [routes.record]}) as http:
-        yield anthropic.Anthropic(base_url=pools.proxy.url, api_key="none", http_client=http, max_retries=0), routes
+        client = anthropic.Anthropic(base_url=pools.proxy.url, api_key="none", http_client=http, max_retries=0)
+        if not streamed:
+            return client.messages.create(**request), routes
+        with client.messages.stream(**request) as stream:
+            return stream.get_final_message(), routes
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
@@ -174,12 +178,7 @@ def test_anthropic_with_tools(pools: Stack, streamed: bool) -> None:
         model=MODEL, max_tokens=200, messages=[{"role": "user", "content": "weather in Paris?"}],
         tools=[{"name": "get_weather", "description": "the weather in a city",
                 "input_schema": WEATHER["function"]["parameters"]}], tool_choice={"type": "any"})
-    with anthropic_client(pools) as (client, routes):
-        if streamed:
-            with client.messages.stream(**request) as stream:
-                message = stream.get_final_message()
-        else:
-            message = client.messages.create(**request)
+    message, routes = anthropic_answer(pools, request, streamed)
     assert isinstance(message, anthropic.types.Message) and message.stop_reason == "tool_use"
     block = message.content[0]
     assert isinstance(block, anthropic.types.ToolUseBlock) and isinstance(block.input["city"], str)
@@ -196,12 +195,7 @@ def test_anthropic_with_thinking(pools: Stack, streamed: bool) -> None:
         model=MODEL, max_tokens=120, messages=[{"role": "user", "content": "is 97 prime?"}],
         thinking={"type": "enabled", "budget_tokens": 1024},
         extra_body={"chat_template_kwargs": {"enable_thinking": True}})
-    with anthropic_client(pools) as (client, routes):
-        if streamed:
-            with client.messages.stream(**request) as stream:
-                message = stream.get_final_message()
-        else:
-            message = client.messages.create(**request)
+    message, routes = anthropic_answer(pools, request, streamed)
     assert isinstance(message.content[0], anthropic.types.ThinkingBlock) and message.content[0].thinking
     assert routes.seen and routes.seen[0] in ("spec-on", "spec-off")
     assert counted(pools, "messages", before)

@@ -80,43 +80,57 @@ def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _converted(message: dict[str, Any]) -> list[dict[str, Any]]:
-    """One Messages turn as chat messages: tool results become tool messages of their own."""
+    """One Messages turn as chat messages: a user's tool results become tool messages of
+    their own, before it; an assistant's are text, as vLLM writes them."""
     role = message.get("role") if message.get("role") in ("user", "assistant") else "user"
     content = message.get("content")
     if isinstance(content, str):
         return [{"role": role, "content": content}]
     if not isinstance(content, list):
         return []
-    texts: list[str] = []
-    reasoning: list[str] = []
-    calls: list[dict[str, Any]] = []
-    results: list[dict[str, Any]] = []
-    for block in content[:_MAX_ITEMS]:
-        if not isinstance(block, dict):
-            continue
-        kind = block.get("type")
-        if kind == "text" and isinstance(block.get("text"), str):
-            texts.append(block["text"])
-        elif kind == "thinking" and isinstance(block.get("thinking"), str):
-            reasoning.append(block["thinking"])
-        elif kind == "tool_use":
-            calls.append({"id": block.get("id"), "type": "function",
-                          "function": {"name": block.get("name"), "arguments": _dumped(block.get("input"))}})
-        elif kind == "tool_result" and role == "user":
-            results.append({"role": "tool", "tool_call_id": block.get("tool_use_id"),
-                            "content": _text_of(block.get("content"))})
-        elif kind == "tool_result":
-            texts.append(f"Tool result: {_text_of(block.get('content'))}")
-    converted: dict[str, Any] = {"role": role}
-    if texts:
-        converted["content"] = "".join(texts)
-    if reasoning:
-        converted["reasoning"] = "".join(reasoning)
-    if calls:
-        converted["tool_calls"] = calls
+    blocks = _Blocks(content)
+    results = [{"role": "tool", "tool_call_id": b.get("tool_use_id"), "content": _text_of(b.get("content"))}
+               for b in blocks.results] if role == "user" else []
+    if role == "assistant":
+        blocks.texts += [f"Tool result: {_text_of(b.get('content'))}" for b in blocks.results]
+    converted = blocks.chat_message(role)
     # a user turn of tool results alone is its tool messages (vLLM drops the empty user message)
-    keep = texts or reasoning or calls or (role == "assistant" and not results)
+    keep = len(converted) > 1 or (role == "assistant" and not results)
     return results + ([converted] if keep else [])
+
+
+class _Blocks:
+    """A turn's or an answer's content blocks, by kind."""
+
+    def __init__(self, content: list[Any]) -> None:
+        self.texts: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: list[dict[str, Any]] = []
+        self.results: list[dict[str, Any]] = []
+        for block in content[:_MAX_ITEMS]:
+            if not isinstance(block, dict):
+                continue
+            kind = block.get("type")
+            if kind == "text" and isinstance(block.get("text"), str):
+                self.texts.append(block["text"])
+            elif kind == "thinking" and isinstance(block.get("thinking"), str):
+                self.reasoning.append(block["thinking"])
+            elif kind == "tool_use":
+                self.calls.append({"index": len(self.calls), "id": block.get("id"), "type": "function",
+                                   "function": {"name": block.get("name"), "arguments": _dumped(block.get("input"))}})
+            elif kind == "tool_result":
+                self.results.append(block)
+
+    def chat_message(self, role: str) -> dict[str, Any]:
+        """The chat message these blocks make: its fields only where there is something."""
+        message: dict[str, Any] = {"role": role}
+        if self.texts:
+            message["content"] = "".join(self.texts)
+        if self.reasoning:
+            message["reasoning"] = "".join(self.reasoning)
+        if self.calls:
+            message["tool_calls"] = self.calls
+        return message
 
 
 def _text_of(content: Any) -> str:
@@ -192,24 +206,8 @@ def messages_chat_chunk(payload: Any) -> dict[str, Any] | None:
 
 
 def _whole(message: dict[str, Any]) -> dict[str, Any]:
-    texts: list[str] = []
-    reasoning: list[str] = []
-    calls: list[dict[str, Any]] = []
     content = message.get("content")
-    for block in content[:_MAX_ITEMS] if isinstance(content, list) else ():
-        if not isinstance(block, dict):
-            continue
-        kind = block.get("type")
-        if kind == "text" and isinstance(block.get("text"), str):
-            texts.append(block["text"])
-        elif kind == "thinking" and isinstance(block.get("thinking"), str):
-            reasoning.append(block["thinking"])
-        elif kind == "tool_use":
-            calls.append({"index": len(calls), "id": block.get("id"), "type": "function",
-                          "function": {"name": block.get("name"), "arguments": _dumped(block.get("input"))}})
-    chat_message: dict[str, Any] = {"role": "assistant", "content": "".join(texts), "tool_calls": calls}
-    if reasoning:
-        chat_message["reasoning"] = "".join(reasoning)
+    chat_message = _Blocks(content if isinstance(content, list) else []).chat_message("assistant")
     return {"id": message.get("id"), "usage": _usage(message.get("usage")),
             "choices": [{"index": 0, "message": chat_message,
                          "finish_reason": _STOP_REASONS.get(message.get("stop_reason"))}]}
