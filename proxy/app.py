@@ -1,9 +1,10 @@
 """The draftgate HTTP service: an OpenAI-compatible gate in front of vLLM pools.
 
 Chat Completions, Completions, the Responses API and Anthropic's Messages API
-are gated; every other ``/v1/*`` request passes through to a plain pool. The request body reaches the backend byte for byte;
+are gated; every other ``/v1/*`` request passes through to a plain pool. The request body reaches the backend byte for
+byte (but a ``draftgate_mode`` field, which is the proxy's: ``proxy/callers.py``);
 headers pass except hop-by-hop ones; responses come back unchanged, plus
-three ``x-draftgate-*`` headers.
+the ``x-draftgate-*`` headers that say what the gate decided.
 """
 
 from __future__ import annotations
@@ -104,10 +105,10 @@ class Proxy:
             endpoint.check(body)
             caller = caller_of(key, request.headers, body)
             await self.catalog.check(body)
+            raw = without_mode_field(raw, body)
             if reason := endpoint.not_gated(body):
                 self.metrics.passed_through.labels(endpoint=endpoint.name, reason=reason).inc()
                 return await self.pass_through(request, raw, body)
-            raw = without_mode_field(raw, body)
             plan = self._plan(endpoint.gate_view(body), endpoint.name, caller)
         except BadRequest as exc:
             # no model label: a rejected request's model name is whatever the client typed

@@ -150,8 +150,10 @@ BY_NAME: dict[str, Endpoint] = {e.name: e for e in (CHAT, COMPLETIONS, RESPONSES
 
 def endpoint_of_body(body: dict[str, Any], completions: bool = False) -> Endpoint:
     """The endpoint a body sent to be explained is for, told from its own fields:
-    such a request has no path to tell it. A Messages request is told by the
-    ``max_tokens`` it must have and the ``system`` field or content blocks only it has."""
+    such a request has no path to tell it. A Messages request is told by what only it
+    has: ``system``, ``stop_sequences``, ``output_config``, tools with an ``input_schema``,
+    a ``tool_choice`` object with a ``type``, or content blocks of calls, results or
+    thinking; one with none of these reads the same as a chat request."""
     if completions or ("prompt" in body and "messages" not in body):
         return COMPLETIONS
     if "input" in body and "messages" not in body:
