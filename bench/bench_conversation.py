@@ -75,12 +75,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=200)
     args = parser.parse_args()
-    print(f"{'conversation':>24} {'json.loads':>11} {'repr chain':>11} {'chain':>10} {'chain/loads':>11}")
+    # shared: hashed alike in every process, as proxy replicas sharing a store hash it
+    print(f"{'conversation':>24} {'json.loads':>11} {'repr chain':>11} {'chain':>10} {'chain/loads':>11} "
+          f"{'shared':>10} {'shared/chain':>12}")
     for turns in (5, 20, 60, 200):
         raw = conversation(turns)
-        loads, by_repr, chain = paired_medians_us(raw, [repr_chain, Conversation.of], args.rounds)
+        loads, by_repr, chain, shared = paired_medians_us(
+            raw, [repr_chain, Conversation.of, lambda body: Conversation.of(body, shared=True)], args.rounds)
         label = f"{3 * turns + 1} msgs, {len(raw) // 1000} KB"
-        print(f"{label:>24} {loads:>9.0f}us {by_repr:>9.0f}us {chain:>8.0f}us {chain / loads:>11.2f}")
+        print(f"{label:>24} {loads:>9.0f}us {by_repr:>9.0f}us {chain:>8.0f}us {chain / loads:>11.2f} "
+              f"{shared:>8.0f}us {shared / chain:>12.2f}")
 
 
 if __name__ == "__main__":

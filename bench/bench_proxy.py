@@ -14,6 +14,8 @@ non-streamed (a one-token answer, so the backend's own time is small) and
 streamed (256 tokens; total time per stream). The proxy runs at its default
 log level, writing its JSON line per request. ``--api messages`` sends the same
 loads as Anthropic's Messages API, whose streams the proxy reads event by event.
+``--redis`` adds a second proxy sharing its state through a redis-server (Debian's
+package), and prints its added latency beside the proxy's own, in-process state.
 
 Targets on 2 cores: at 200 requests/s the proxy adds <= 1 ms at p50 and <= 5 ms
 at p99; a streamed response through it takes <= 5% longer than direct.
@@ -23,16 +25,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import shutil
 import statistics
+import subprocess
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 
 from draftgate.proxy.upstream import Origin
-from draftgate.servers import NO_THINKING, ServerProcess
+from draftgate.servers import NO_THINKING, ServerProcess, free_port
 
 HEADERS = [(b"content-type", b"application/json")]
 
@@ -111,6 +117,8 @@ def main() -> None:
     parser.add_argument("--phases", type=int, default=1,
                         help="alternate the paths this many times (each phase shorter)")
     parser.add_argument("--api", choices=sorted(APIS), default="chat", help="the API the loads are sent in")
+    parser.add_argument("--redis", action="store_true",
+                        help="also through a proxy that shares its state in a redis-server started here")
     args = parser.parse_args()
     api_path, body_whole, body_streamed = APIS[args.api]
     results = []
@@ -123,8 +131,11 @@ def main() -> None:
                    *NO_THINKING]
         speculative = ["--speculative-config", '{"method": "draft_model", "num_speculative_tokens": 8}',
                        "--per-request-spec-decode-metrics", "summary"]
-        with ServerProcess(emulate + speculative) as on, ServerProcess(emulate) as off:
-            with ServerProcess(["serve", "--spec-on", on.url, "--spec-off", off.url]) as proxy:
+        with ServerProcess(emulate + speculative) as on, ServerProcess(emulate) as off, \
+                contextlib.ExitStack() as optional:
+            serve = ["serve", "--spec-on", on.url, "--spec-off", off.url]
+            shared = optional.enter_context(shared_proxy(serve)) if args.redis else None
+            with ServerProcess(serve) as proxy:
                 route = route_of(proxy.url, body)
                 backend = on if route == "spec-on" else off
                 # Held on that pool: under load the gate may send some requests to the other pool,
@@ -135,6 +146,8 @@ def main() -> None:
                     paths = {"direct": LoadPath(backend.url), "relay": LoadPath(relay.url, relay),
                              "passthrough": LoadPath(passthrough.url, passthrough),
                              "proxy": LoadPath(proxy.url, proxy)}
+                    if shared is not None:
+                        paths["proxy+redis"] = LoadPath(shared.url, shared)
                     # --phases N alternates the paths, so a slow spell of a shared machine falls on
                     # all; one long phase each (the default) measures each in its steady state
                     for _ in range(args.phases):
@@ -149,12 +162,34 @@ def main() -> None:
             print(f"{label:>27} {name:>15} {pct(path.latencies, 50) * 1000:>9.2f} "
                   f"{pct(path.latencies, 99) * 1000:>9.2f} {statistics.mean(path.rps):>8.1f} {cpu}")
         via = paths["proxy"].latencies
-        for name, base in (("added", paths["direct"].latencies), ("beyond relay", paths["relay"].latencies),
-                           ("beyond passthru", paths["passthrough"].latencies)):
+        comparisons = [("added", via, paths["direct"].latencies), ("beyond relay", via, paths["relay"].latencies),
+                       ("beyond passthru", via, paths["passthrough"].latencies)]
+        if "proxy+redis" in paths:
+            comparisons += [("redis added", paths["proxy+redis"].latencies, paths["direct"].latencies),
+                            ("redis beyond own", paths["proxy+redis"].latencies, via)]
+        for name, via, base in comparisons:
             added50 = (pct(via, 50) - pct(base, 50)) * 1000
             added99 = (pct(via, 99) - pct(base, 99)) * 1000
             ratio = statistics.mean(via) / statistics.mean(base) - 1
             print(f"{label:>27} {name:>15} {added50:>9.2f} {added99:>9.2f}   (mean time {ratio:+.1%})")
+
+
+@contextlib.contextmanager
+def shared_proxy(serve: list[str]) -> Iterator[ServerProcess]:
+    """The proxy ``serve`` starts, sharing its state through a redis-server of its own."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("--redis needs redis-server (Debian's redis-server package)")
+    port = free_port()
+    store = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        with ServerProcess(serve, env={"DRAFTGATE_STATE": f"redis://127.0.0.1:{port}/0"}) as proxy:
+            yield proxy
+    finally:
+        store.kill()
+        store.wait()
 
 
 class LoadPath:

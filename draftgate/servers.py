@@ -89,9 +89,11 @@ class ServerProcess:
     """``draftgate <subcommand> ...`` as a child process (or ``python -m <module> ...``)."""
 
     def __init__(self, args: list[str], port: int | None = None, health_timeout: float = 60.0,
-                 module: str = "draftgate.proxy.cli.main", ca_file: str | None = None, open_files: int | None = None) -> None:
+                 module: str = "draftgate.proxy.cli.main", ca_file: str | None = None, open_files: int | None = None,
+                 env: dict[str, str] | None = None) -> None:
         """``ca_file``: the server serves https with a certificate this CA bundle verifies.
-        ``open_files``: the soft open-files limit the process starts with, as a container runtime sets it."""
+        ``open_files``: the soft open-files limit the process starts with, as a container runtime sets it.
+        ``env``: environment variables set for it besides this process's own."""
         self.port = port or free_port()
         self.url = f"{'https' if ca_file else 'http'}://127.0.0.1:{self.port}"
         self.verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca_file) if ca_file else True
@@ -101,9 +103,10 @@ class ServerProcess:
         # a file, not a pipe: a chatty server must never block on a full pipe
         self.log = tempfile.NamedTemporaryFile("w+", prefix="draftgate-", suffix=".log", delete=False)
         self.open_files = open_files
+        self.env = env or {}
 
     def __enter__(self) -> ServerProcess:
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
         self.process = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT, text=True, env=env,
                                         preexec_fn=self._in_child)
         try:

@@ -11,7 +11,9 @@ key a hash, whatever the client sent).
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,39 +51,86 @@ class Conversation:
     session: int | None
 
     @classmethod
-    def of(cls, body: Any) -> Conversation:
+    def of(cls, body: Any, shared: bool = False) -> Conversation:
+        """``shared``: the keys are the same in every process (BLAKE2b), for a table that
+        proxy replicas share; else Python's own hash, salted per process, which costs
+        about a third as much (``bench/bench_conversation.py``)."""
         if not isinstance(body, dict):
             return cls((), None)
         model, salt = body.get("model"), body.get("cache_salt")
         # vLLM salts the prefix cache with cache_salt: prompts alike under two salts share no block
         cache = (model if type(model) is str else None, salt if type(salt) is str else None)
+        if shared:
+            return cls(_chain(body, cache, _stable_digest, _stable), _session(body, cache, _stable))
         return cls(_chain(body, cache), _session(body, cache))
 
+    def looked_up_keys(self, most: int = 32) -> list[int]:
+        """The keys ``AffinityTable.lookup`` may find this conversation under: the prefixes
+        before its new turn, longest first (the last ``most``: an agent's next request
+        extends its last by a turn or two), then its session."""
+        keys = [h for h, _ in reversed(self.chain[:-1])][:most]
+        return keys + ([self.session] if self.session is not None else [])
 
-def _chain(body: dict[str, Any], cache: tuple[str | None, str | None]) -> tuple[tuple[int, int], ...]:
+    def recorded_keys(self) -> list[int]:
+        """The keys its placement is recorded under, once answered: its whole prefix, and its session."""
+        return ([self.chain[-1][0]] if self.chain else []) + ([self.session] if self.session is not None else [])
+
+
+def _chain(body: dict[str, Any], cache: tuple[str | None, str | None],
+           digest: Callable[[Any], tuple[int, int]] | None = None,
+           combine: Callable[[Any], int] = hash) -> tuple[tuple[int, int], ...]:
     """(hash, characters so far) after each message, rooted in the model, the cache
     salt and the tool names.
 
-    Python's own hash, of each message taken apart into tuples: the table lives and
-    dies with this process, so a per-process hash seed is no loss.
+    By default Python's own hash, of each message taken apart into tuples: a table
+    that lives and dies with this process loses nothing to a per-process hash seed.
     """
+    digest = digest or _digest
     tools = body.get("tools")
     names: tuple[Any, ...] = ()
     if isinstance(tools, list):
         names = tuple(tool.get("function", {}).get("name") if isinstance(tool, dict)
                       and isinstance(tool.get("function"), dict) else None for tool in tools[:512])
-    h = hash((*cache, repr(names)))
+    h = combine((*cache, repr(names)))
     out: list[tuple[int, int]] = []
     chars = 0
     messages = body.get("messages")
     if not isinstance(messages, list):
         return ()
     for message in messages:
-        digest, size = _digest(message)
+        one, size = digest(message)
         chars += size
-        h = hash((h, digest))
+        h = combine((h, one))
         out.append((h, chars))
     return tuple(out)
+
+
+def _stable(value: Any) -> int:
+    """A 64-bit BLAKE2b of ``value``'s repr: the same in every process."""
+    return int.from_bytes(hashlib.blake2b(repr(value).encode("utf-8", "surrogatepass"), digest_size=8).digest(),
+                          "big")
+
+
+def _stable_digest(message: Any) -> tuple[int, int]:
+    """``_digest``, the same in every process: each string fed to one BLAKE2b as it is."""
+    h = hashlib.blake2b(digest_size=8)
+    if type(message) is not dict:
+        text = _text(message)
+        h.update(text.encode("utf-8", "surrogatepass"))
+        return int.from_bytes(h.digest(), "big"), len(text)
+    size = 0
+    for key, value in message.items():
+        h.update(f"\x00{key}\x01".encode("utf-8", "surrogatepass"))
+        if type(value) is str:
+            size += len(value)
+        elif value is None:
+            value = ""
+        else:
+            text = _text(value)
+            size += len(text)
+            value = f"{type(value).__name__}:{text}"  # [1] and "[1]" stay apart
+        h.update(value.encode("utf-8", "surrogatepass"))
+    return int.from_bytes(h.digest(), "big"), size
 
 
 def _digest(message: Any) -> tuple[int, int]:
@@ -114,13 +163,14 @@ def _text(value: Any) -> str:
         return f"<deep value {id(value)}>"
 
 
-def _session(body: dict[str, Any], cache: tuple[str | None, str | None]) -> int | None:
+def _session(body: dict[str, Any], cache: tuple[str | None, str | None],
+             combine: Callable[[Any], int] = hash) -> int | None:
     """The client's grouping, under the model and salt it caches for, as a hash: a
     megabyte ``user`` must not be kept 100,000 times."""
     for key in _SESSION_FIELDS:
         value = body.get(key)
         if isinstance(value, str) and value:
-            return hash((key, value, *cache))
+            return combine((key, value, *cache))
     return None
 
 
@@ -155,10 +205,12 @@ class AffinityTable:
 
     def record(self, conversation: Conversation, pool: str, replica: str, prompt_tokens: float) -> None:
         entry = (pool, replica, float(prompt_tokens))
-        if conversation.chain:
-            self._put(conversation.chain[-1][0], entry)
-        if conversation.session is not None:
-            self._put(conversation.session, entry)
+        for key in conversation.recorded_keys():
+            self._put(key, entry)
+
+    def adopt(self, key: int, entry: tuple[str, str, float]) -> None:
+        """An entry another proxy recorded, from the store they share."""
+        self._put(key, entry)
 
     def _put(self, key: int, entry: tuple[str, str, float]) -> None:
         self._entries[key] = entry

@@ -42,6 +42,7 @@ from draftgate.proxy.passthrough import PassThrough, has_dot_segment
 from draftgate.proxy.planner import Plan, Planner, load_calibration_or_defaults
 from draftgate.proxy.recorder import Outcome, Recorder
 from draftgate.proxy.request_body import BadRequest, read_body, read_json
+from draftgate.proxy.shared_state import SharedState
 from draftgate.proxy.shutdown import Shutdown
 from draftgate.proxy.stored_responses import SNIFF_BYTES, ResponseHolders
 from draftgate.proxy.upstream import UpstreamClient
@@ -77,10 +78,14 @@ class Proxy:
         self.shutdown = Shutdown(self.client)
         self.upstreams = Upstreams(settings, self.client, self.metrics, self.shutdown)
         pools = self.upstreams.pools
-        self.planner = Planner(settings, pools, self.metrics)
+        # the store proxy replicas share, if one is configured (read at startup)
+        self.shared = SharedState(settings, self.metrics) if settings.state else None
+        if self.shared is not None:
+            self.upstreams.on_eject = self.shared.eject
+        self.planner = Planner(settings, pools, self.metrics, self.shared)
         self.recorder = Recorder(self.planner, pools, self.metrics)
         self.monitor = Monitor(pools, self.client, lambda: self.settings, on_scrape=self.recorder.on_scrape,
-                               on_replicas_changed=self.forget_gone_replicas)
+                               on_replicas_changed=self.forget_gone_replicas, shared=self.shared)
         self.catalog = ModelCatalog(pools, self.client)
         self.holders = ResponseHolders(settings.response_holders_capacity)
         self.pass_through = PassThrough(self.upstreams, self.catalog, self.holders)
@@ -109,7 +114,7 @@ class Proxy:
             if reason := endpoint.not_gated(body):
                 self.metrics.passed_through.labels(endpoint=endpoint.name, reason=reason).inc()
                 return await self.pass_through(request, raw, body)
-            plan = self._plan(endpoint.gate_view(body), endpoint.name, caller)
+            plan = await self._plan(endpoint.gate_view(body), endpoint.name, caller)
         except BadRequest as exc:
             # no model label: a rejected request's model name is whatever the client typed
             self.metrics.requests.labels(model="", route="none", status=str(exc.status), endpoint=endpoint.name,
@@ -145,11 +150,14 @@ class Proxy:
         except ClientGone:
             return Response(status_code=499)
 
-    def _plan(self, body: dict[str, Any], endpoint: str, caller: Caller) -> Plan:
+    async def _plan(self, body: dict[str, Any], endpoint: str, caller: Caller) -> Plan:
         model = body.get("model")
         serving = self.catalog.pools_serving(model)
+        context = self.catalog.context_of(model)
         try:
-            return self.planner.plan(body, endpoint, serving, context=self.catalog.context_of(model), caller=caller)
+            reading = self.planner.read(body, endpoint, context)
+            await self.planner.pull(reading)
+            return self.planner.plan(body, endpoint, serving, context=context, caller=caller, reading=reading)
         except Exception as exc:  # a bug in the gate must not lose the request
             log.exception("the gate failed on a request; routing it to a plain pool")
             self.metrics.gate_errors.inc()
@@ -226,7 +234,7 @@ class Proxy:
             await self.catalog.keep_fresh(body.get("model"))  # the model's context bounds the estimate
             endpoint = endpoint_of_body(body)
             caller = caller_of(key, request.headers, body)
-            plan = self._plan(endpoint.gate_view(body), endpoint.name, caller)
+            plan = await self._plan(endpoint.gate_view(body), endpoint.name, caller)
             explanation = admin.Explanation(**self.planner.explanation(plan, gated=endpoint.gated_by(self.settings)))
             return JSONResponse(explanation.model_dump(mode="json"))
         except BadRequest as exc:
@@ -313,6 +321,8 @@ def create_app(settings: ProxySettings,
         finally:
             await proxy.shutdown.wait_for_settling()
             await proxy.monitor.stop()
+            if proxy.shared is not None:
+                await proxy.shared.close()
             proxy.client.close()
 
     # the document describes the proxy's own endpoints (proxy/admin.py); vLLM's API, relayed, is vLLM's to document

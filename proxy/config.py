@@ -264,6 +264,17 @@ class ProxySettings(BaseSettings):
     price_per_gpu_hour: float = Field(0.0, ge=0.0, description="for the money-saved counters; 0: not exported")
     currency: str = Field("USD", min_length=1, max_length=8, description="label of the money-saved counters")
     proxy_replicas: int = Field(1, ge=1, description="proxies sharing these pools (counter attribution needs 1)")
+    state: str | None = Field(
+        None, description="where proxy replicas share conversation affinity, what each request shape produced and "
+                          "which replicas are ejected: redis://host:port/db (rediss:// for TLS); unset: each proxy "
+                          "keeps its own, in memory")
+    state_password: SecretStr | None = Field(None, description="the shared store's password (a Secret in the chart)")
+    state_timeout: float = Field(
+        0.05, gt=0.0, le=5.0, description="the longest a request waits on the shared store before it plans from "
+                                          "this proxy's own state (counted as a fallback)")
+    state_ttl_seconds: float = Field(
+        86_400.0, gt=0.0, description="how long a shared conversation placement or shape lasts without being "
+                                      "seen again")
     drift_window: int = Field(200, ge=10, description="requests over which predicted-observed drift is averaged")
     tls_ca_file: Path | None = Field(
         None, description="CA bundle that verifies pools served over https (a private CA); default: the "
@@ -311,6 +322,25 @@ class ProxySettings(BaseSettings):
         """How clients reach the proxy."""
         return "https" if self.tls_certfile is not None else "http"
 
+    @field_validator("state")
+    @classmethod
+    def _redis_address(cls, value: str | None) -> str | None:
+        if not value:  # unset, or set empty (compose passes DRAFTGATE_STATE through as "")
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in ("redis", "rediss") or not parts.hostname:
+            raise ValueError(f"{value!r} is not a Redis address: redis://host:port/db, or rediss:// for TLS")
+        if parts.password:
+            raise ValueError("give the shared store's password as state_password, not in the address")
+        try:
+            parts.port  # noqa: B018 - raises on a port that is not a number in range
+            db = parts.path.strip("/")
+            if db and not db.isdigit():
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"{value!r} is not a Redis address: its port and database are numbers") from None
+        return value
+
     @model_validator(mode="after")
     def _pools(self) -> ProxySettings:
         if not self.pools:
@@ -347,7 +377,7 @@ class ProxySettings(BaseSettings):
 READ_AT_STARTUP = ("host", "port", "tls_ca_file", "tls_certfile", "tls_keyfile", "tls_client_certfile",
                    "tls_client_keyfile", "client_header_timeout", "max_head_bytes", "keep_alive_timeout",
                    "graceful_shutdown_seconds", "learner_capacity", "affinity_capacity", "response_holders_capacity",
-                   "drift_window", "proxy_replicas")
+                   "drift_window", "proxy_replicas", "state", "state_password")
 
 
 def _usable_pair(cert_name: str, cert: Path | None, key_name: str, key: Path | None, protocol: int) -> None:

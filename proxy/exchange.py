@@ -92,6 +92,8 @@ class Upstreams:
         self.shutdown = shutdown
         self.pools = PoolSet(settings.pools, settings.queue_depth_per_replica)
         self.budget = RetryBudget(settings.retry_budget_ratio, settings.retry_budget_floor)
+        # told of each ejection (replica URL, seconds), for the proxies sharing a store
+        self.on_eject: Callable[[str, float], None] | None = None
         self._label_pools()
 
     def reload(self, settings: ProxySettings) -> None:
@@ -118,6 +120,8 @@ class Upstreams:
                                         window=settings.ejection_window)
         if seconds is not None:
             self.metrics.ejections.labels(pool=pool.name).inc()
+            if self.on_eject is not None:
+                self.on_eject(replica.url, seconds)
             why = (f"{in_a_row} in a row" if limit and in_a_row >= limit else
                    f"{settings.eject_failure_share:.0%} or more of at least the last {settings.ejection_window}")
             log.warning("replica ejected: its answers failed, %s; back in rotation in %.0f s", why, seconds,

@@ -83,6 +83,12 @@ class ProxyMetrics:
         self.passed_through = Counter("draftgate_passed_through", "Requests to a gated endpoint passed through "
                                       "ungated, by why: configuration (the endpoint is not gated), "
                                       "continues_stored_response, background.", ["endpoint", "reason"], registry=r)
+        self.state_up = Gauge("draftgate_state_up", "1 while the shared store (state) answers, 0 while the proxy "
+                              "plans from its own memory; absent without a shared store.", registry=r)
+        self.state_fallbacks = Counter("draftgate_state_fallbacks", "Round trips to the shared store that failed "
+                                       "or took over state_timeout, by operation (read: before planning; write: "
+                                       "after answering; sync: ejections); the proxy used its own state.",
+                                       ["operation"], registry=r)
         self.failovers = Counter("draftgate_failovers", "Requests retried on another pool.",
                                  ["from_pool", "to_pool", "reason"], registry=r)
         self.retry_denied = Counter("draftgate_retry_budget_exhausted", "Failovers refused by the retry budget.",

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from draftgate.proxy.config import ProxySettings
 from draftgate.proxy.pools import Pool, PoolSet, Replica
+from draftgate.proxy.shared_state import SharedState
 from draftgate.proxy.upstream import UpstreamClient, UpstreamError, UpstreamTimeout
 
 log = logging.getLogger("draftgate.monitor")
@@ -68,8 +69,10 @@ class Monitor:
 
     def __init__(self, pools: PoolSet, client: UpstreamClient, settings: Callable[[], ProxySettings],
                  on_scrape: Callable[[Pool, Replica, dict[str, float], bool], None] | None = None,
-                 on_replicas_changed: Callable[[], None] | None = None) -> None:
+                 on_replicas_changed: Callable[[], None] | None = None,
+                 shared: SharedState | None = None) -> None:
         self.pools = pools
+        self.shared = shared
         self.client = client
         self.settings = settings
         self.on_scrape = on_scrape
@@ -81,6 +84,8 @@ class Monitor:
         self._tasks = [loop.create_task(self._health_loop(), name="draftgate-health"),
                        loop.create_task(self._scrape_loop(), name="draftgate-scrape"),
                        loop.create_task(self._dns_loop(), name="draftgate-dns")]
+        if self.shared is not None:
+            self._tasks.append(loop.create_task(self._ejection_loop(self.shared), name="draftgate-ejections"))
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -125,6 +130,16 @@ class Monitor:
             if replica.healthy:
                 log.warning("replica failed its health check", extra={"replica": replica.url})
             replica.mark_failed()
+
+    async def _ejection_loop(self, shared: SharedState) -> None:
+        """Avoid the replicas another proxy ejected, for as long as it ejected them."""
+        while True:
+            replicas = {r.url: r for pool in self.pools for r in pool.replicas.values()}
+            for url, seconds in (await shared.ejections(replicas)).items():
+                replica = replicas.get(url)
+                if replica is not None:
+                    replica.ejected_until = max(replica.ejected_until, time.monotonic() + seconds)
+            await asyncio.sleep(self.settings().health_interval)
 
     async def _scrape_loop(self) -> None:
         while True:

@@ -12,7 +12,7 @@ import logging
 import random
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from draftgate.policy.calibration import Calibration, CalibrationError
 from draftgate.policy.gate import Affinity, Decision, GatePolicy, decide
@@ -24,6 +24,7 @@ from draftgate.policy.structure import (
     estimate,
     shape_key,
 )
+from draftgate.policy.structure.learner import shared_shape_key
 from draftgate.proxy.affinity import AffinityTable, Conversation, Match
 from draftgate.proxy.calibration_file import load_calibration
 from draftgate.proxy.callers import Caller
@@ -31,6 +32,7 @@ from draftgate.proxy.config import ConfigError, ModelPolicy, ProxySettings
 from draftgate.proxy.endpoints import BY_NAME
 from draftgate.proxy.metrics import ProxyMetrics
 from draftgate.proxy.pools import Pool, PoolSet
+from draftgate.proxy.shared_state import SharedState
 
 log = logging.getLogger("draftgate.gate")
 
@@ -102,6 +104,14 @@ class Plan:
         }
 
 
+class Reading(NamedTuple):
+    """What the gate reads in a request: its prior estimate, its shape, its conversation."""
+
+    prior: StructureEstimate
+    shape: str
+    conversation: Conversation
+
+
 def load_calibration_or_defaults(settings: ProxySettings) -> Calibration:
     if settings.calibration_file is None:
         return Calibration()
@@ -115,13 +125,20 @@ class Planner:
     """``pools``: read for their load, never changed here; ``metrics``: where the
     exploration share is counted."""
 
-    def __init__(self, settings: ProxySettings, pools: PoolSet, metrics: ProxyMetrics) -> None:
+    def __init__(self, settings: ProxySettings, pools: PoolSet, metrics: ProxyMetrics,
+                 shared: SharedState | None = None) -> None:
+        """``shared``: the store proxy replicas share (``proxy/shared_state.py``), if any:
+        what it knows of a request is pulled in before the request is planned, and what
+        its answer taught is pushed to it."""
         self.settings = settings
         self.pools = pools
         self.metrics = metrics
+        self.shared = shared
         self.calibration = load_calibration_or_defaults(settings)
         self.learner = StructureLearner(capacity=settings.learner_capacity)
         self.affinity = AffinityTable(settings.affinity_capacity)
+        # the keys replicas share are hashed alike in every process; this proxy's alone, faster
+        self._shape_key = shared_shape_key if shared is not None else shape_key
         self._last_route: OrderedDict[str, str] = OrderedDict()
         self._random = random.Random()
         self._derive_from_settings()
@@ -158,18 +175,30 @@ class Planner:
                           tpot_target=seconds(config.tpot_target_ms), ttft_target=seconds(config.ttft_target_ms),
                           objective=config.objective, gpu_budget=seconds(config.gpu_budget_ms_per_token))
 
-    def plan(self, body: dict[str, Any], endpoint: str, serving: set[str] | None = None,
-             context: int | None = None, caller: Caller | None = None) -> Plan:
-        """``serving``: the pools that serve the request's model, when not all do;
-        ``context``: its ``max_model_len``, when the pools have said it; ``caller``:
-        who sent it, whose key (or own choice) may set the mode and targets."""
-        caller = caller or Caller()
+    def read(self, body: dict[str, Any], endpoint: str, context: int | None = None) -> Reading:
+        """What the gate reads in a request before it weighs the pools."""
         model = body.get("model") if isinstance(body.get("model"), str) else None
         prior = estimate(body, priors=self.settings.structure_priors, defaults=self.sampling_defaults(),
                          endpoint=BY_NAME[endpoint].estimated_as, context_tokens=context)
-        shape = shape_key(body, model, prior.temperature)
+        return Reading(prior, self._shape_key(body, model, prior.temperature),
+                       Conversation.of(body, shared=self.shared is not None))
+
+    async def pull(self, reading: Reading) -> None:
+        """What the replicas sharing a store know of the request's shape and conversation,
+        into this proxy's tables (nothing without a store, or while it is away)."""
+        if self.shared is not None:
+            await self.shared.pull(reading.shape, reading.conversation, self.learner, self.affinity)
+
+    def plan(self, body: dict[str, Any], endpoint: str, serving: set[str] | None = None,
+             context: int | None = None, caller: Caller | None = None, reading: Reading | None = None) -> Plan:
+        """``serving``: the pools that serve the request's model, when not all do;
+        ``context``: its ``max_model_len``, when the pools have said it; ``caller``:
+        who sent it, whose key (or own choice) may set the mode and targets;
+        ``reading``: ``read``'s of it, when already made."""
+        caller = caller or Caller()
+        model = body.get("model") if isinstance(body.get("model"), str) else None
+        prior, shape, conversation = reading or self.read(body, endpoint, context)
         blended = self.learner.blend(shape, prior, body, context)
-        conversation = Conversation.of(body)
         match = self.affinity.lookup(conversation, blended.prompt_tokens)
         policy = caller.policy(self.gate_policy(model))
         affinity = Affinity(match.placement.pool, match.cached_tokens) if match else None
@@ -220,6 +249,8 @@ class Planner:
         if measured is not None and measured.total_tokens > 0 and plan.shape:  # a fallback plan has no shape
             self.learner.observe(plan.shape, measured)
         self.affinity.record(plan.conversation, pool, replica, prompt_tokens)
+        if self.shared is not None:
+            self.shared.push(plan.shape, measured, plan.conversation, (pool, replica, float(prompt_tokens)))
 
     def _maybe_explore(self, plan: Plan, mode: str) -> None:
         """Send a small share to the other kind of pool, so both savings stay measured.

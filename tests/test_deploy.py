@@ -82,7 +82,8 @@ def test_compose_vllm_commands_match_the_launch_settings(name: str) -> None:
 def test_compose_references_files_images_and_ports_that_exist() -> None:
     base = compose("compose.yaml")
     services = base["services"]
-    assert set(services) == {"vllm-spec", "vllm-plain", "draftgate", "prometheus", "grafana"}
+    assert set(services) == {"vllm-spec", "vllm-plain", "draftgate", "prometheus", "grafana", "redis"}
+    assert services["redis"]["profiles"] == ["shared-state"]  # started only for several proxies
     assert base["x-vllm"]["image"] == VLLM_IMAGE
     assert base["x-vllm"]["healthcheck"]["start_period"] == "900s"
     assert (DEPLOY / services["draftgate"]["build"]["context"] / services["draftgate"]["build"]["dockerfile"]).is_file()

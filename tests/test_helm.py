@@ -238,3 +238,36 @@ def test_keys_with_labels_and_modes_reach_the_proxy_through_the_secret(monkeypat
     bad = subprocess.run([helm_binary(), "template", "dg", str(CHART), "--set", "apiKeys[0].key=k",
                           "--set", "apiKeys[0].label=not a label"], capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "apiKeys" in bad.stderr, bad.stderr
+
+
+@pytest.mark.parametrize("redis", [{"url": "rediss://cache.infra:6380/2", "passwordSecret": "cache-auth"},
+                                   {"trial": {"enabled": True}}], ids=["external", "trial"])
+def test_the_shared_store_reaches_the_proxy_from_values(redis: dict[str, Any], tmp_path: Path) -> None:
+    import kubernetes_validate
+
+    docs = render(values={"redis": redis})
+    for doc in docs:
+        if not doc["apiVersion"].startswith("monitoring.coreos.com"):
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    config = next(d for d in docs if d["kind"] == "ConfigMap" and "draftgate.yaml" in d["data"])
+    (tmp_path / "draftgate.yaml").write_text(config["data"]["draftgate.yaml"])
+    state = load_settings(tmp_path / "draftgate.yaml").state
+    proxy = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "dg-draftgate")
+    env = {e["name"]: e for e in proxy["spec"]["template"]["spec"]["containers"][0]["env"]}
+    if "url" in redis:
+        assert state == redis["url"] and "dg-draftgate-redis" not in {d["metadata"]["name"] for d in docs}
+        assert env["DRAFTGATE_STATE_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "cache-auth",
+                                                                                "key": "password"}
+    else:
+        service = next(d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "dg-draftgate-redis")
+        assert state == f"redis://{service['metadata']['name']}.inference.svc.cluster.local:6379/0"
+        assert "DRAFTGATE_STATE_PASSWORD" not in env
+    assert "state" not in yaml.safe_load(next(
+        d for d in render() if d["kind"] == "ConfigMap" and "draftgate.yaml" in d["data"])["data"]["draftgate.yaml"])
+
+
+@pytest.mark.parametrize("address", ["http://cache:6379", "redis://user:pw@cache:6379", "redis://cache:port"])
+def test_a_malformed_store_address_is_refused_at_install(address: str) -> None:
+    proc = subprocess.run([helm_binary(), "template", "dg", str(CHART), "--set", f"redis.url={address}"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "redis" in proc.stderr, proc.stderr

@@ -22,6 +22,7 @@ bounded: at most ``capacity`` shapes, least recently used evicted first.
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,7 @@ from draftgate.policy.structure.length import bounded
 from draftgate.policy.structure.measure import ObservedStructure
 
 _MAX_SIGNED_TOOLS = 512
+WINDOW = 50  # responses a shape's means are taken over before they become an EWMA
 _SIXTY_FOUR_BITS = (1 << 64) - 1
 
 
@@ -45,6 +47,15 @@ def shape_key(body: Any, model: str | None = None, temperature: float | None = N
     if not isinstance(body, dict):
         return "invalid"
     return f"{hash(shape_text(body, model, temperature)) & _SIXTY_FOUR_BITS:016x}"
+
+
+def shared_shape_key(body: Any, model: str | None = None, temperature: float | None = None) -> str:
+    """``shape_key``, the same in every process (BLAKE2b), for a learner that proxy
+    replicas share."""
+    if not isinstance(body, dict):
+        return "invalid"
+    return hashlib.blake2b(shape_text(body, model, temperature).encode("utf-8", "surrogatepass"),
+                           digest_size=8).hexdigest()
 
 
 def shape_text(body: dict[str, Any], model: str | None = None, temperature: float | None = None) -> str:
@@ -93,7 +104,7 @@ def _tools_signature(tools: Any) -> str:
 
 
 @dataclass(slots=True)
-class _Means:
+class OutcomeMeans:
     """Running means of one outcome's class tokens (then an EWMA over ``window``)."""
 
     count: int = 0
@@ -124,9 +135,9 @@ class ShapeStats:
 
     count: int = 0
     call_rate: float = 0.0
-    every: _Means = field(default_factory=_Means)
-    calls: _Means = field(default_factory=_Means)
-    answers: _Means = field(default_factory=_Means)
+    every: OutcomeMeans = field(default_factory=OutcomeMeans)
+    calls: OutcomeMeans = field(default_factory=OutcomeMeans)
+    answers: OutcomeMeans = field(default_factory=OutcomeMeans)
 
     def update(self, observed: ObservedStructure, window: int) -> None:
         self.count += 1
@@ -147,7 +158,7 @@ class StructureLearner:
     the expectation over the outcomes, which is what the gate prices.
     """
 
-    def __init__(self, capacity: int = 4096, prior_strength: float = 2.0, window: int = 50,
+    def __init__(self, capacity: int = 4096, prior_strength: float = 2.0, window: int = WINDOW,
                  length_strength: float = 1.0) -> None:
         if capacity < 1 or prior_strength <= 0 or window < 1 or length_strength <= 0:
             raise ValueError("capacity >= 1, prior_strength > 0, length_strength > 0 and window >= 1 are required")
@@ -169,6 +180,17 @@ class StructureLearner:
         else:
             self._shapes.move_to_end(key)
         stats.update(observed, self.window)
+
+    def stats(self, key: str) -> ShapeStats | None:
+        """What this learner holds for ``key``, if anything."""
+        return self._shapes.get(key)
+
+    def adopt(self, key: str, stats: ShapeStats) -> None:
+        """What the replicas sharing a store have learned of ``key``, in place of this one's own."""
+        self._shapes[key] = stats
+        self._shapes.move_to_end(key)
+        while len(self._shapes) > self.capacity:
+            self._shapes.popitem(last=False)
 
     def observations(self, key: str) -> int:
         stats = self._shapes.get(key)
