@@ -135,10 +135,13 @@ class Monitor:
         """Avoid the replicas another proxy ejected, for as long as it ejected them."""
         while True:
             replicas = {r.url: r for pool in self.pools for r in pool.replicas.values()}
-            for url, seconds in (await shared.ejections(replicas)).items():
-                replica = replicas.get(url)
-                if replica is not None:
-                    replica.ejected_until = max(replica.ejected_until, time.monotonic() + seconds)
+            try:
+                for url, seconds in (await shared.ejections(replicas)).items():
+                    replica = replicas.get(url)
+                    if replica is not None:
+                        replica.ejected_until = max(replica.ejected_until, time.monotonic() + seconds)
+            except Exception:  # a bug here must not end the sync for the proxy's lifetime
+                log.exception("reading the shared ejections failed")
             await asyncio.sleep(self.settings().health_interval)
 
     async def _scrape_loop(self) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
@@ -103,9 +104,9 @@ class SharedState:
         if fields:
             learner.adopt(shape, _stats(fields))
         for key, value in zip(keys, found[1] if keys else ()):
-            if value is not None:
-                pool, replica, tokens = value.decode().rsplit("\n", 2)
-                affinity.adopt(key, (pool, replica, float(tokens)))
+            placement = _placement(value)
+            if placement is not None:
+                affinity.adopt(key, placement)
 
     # ------------------------------------------------------------ after answering
 
@@ -142,7 +143,8 @@ class SharedState:
         if self._backlog:  # Redis is back, and no request has come since to write what was kept
             self._write(None)
         now = time.time()
-        return {url: float(v) - now for url, v in zip(urls, found[0]) if v is not None and float(v) > now}
+        until = {url: _number(v) for url, v in zip(urls, found[0])}
+        return {url: t - now for url, t in until.items() if t is not None and t > now}
 
     async def close(self) -> None:
         if self._writes:
@@ -216,9 +218,26 @@ def _placement_key(key: int) -> str:
     return f"{_PREFIX}placement:{key:x}"
 
 
+def _number(value: bytes | None) -> float | None:
+    """A number the store holds; None for none, or for what is not one (a key something
+    else wrote must not break a request)."""
+    try:
+        number = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return number if number is not None and math.isfinite(number) else None
+
+
+def _placement(value: bytes | None) -> tuple[str, str, float] | None:
+    """A conversation placement as ``push`` writes it: pool, replica and prompt tokens, a line each."""
+    parts = value.decode("utf-8", "replace").rsplit("\n", 2) if value is not None else []
+    tokens = _number(parts[2].encode()) if len(parts) == 3 else None
+    return (parts[0], parts[1], tokens) if tokens is not None else None
+
+
 def _stats(fields: dict[bytes, bytes]) -> ShapeStats:
     """A shape's statistics as ``_OBSERVE`` keeps them."""
-    get = lambda name: float(fields.get(name.encode(), b"0"))  # noqa: E731
+    get = lambda name: _number(fields.get(name.encode())) or 0.0  # noqa: E731
 
     def means(prefix: str) -> OutcomeMeans:
         return OutcomeMeans(int(get(prefix + "n")), get(prefix + "s"), get(prefix + "r"), get(prefix + "f"))
