@@ -63,8 +63,9 @@ class Proxy:
     client that reaches them; ``planner`` what the gate knows and decides;
     ``recorder`` what finished requests are recorded as; ``monitor`` the
     background health checks and scrapes; ``catalog`` which pool serves which
-    model; ``holders`` which replica stores which Responses answer; ``shutdown``
-    how stopping ends what still runs. One request's life, lease to release,
+    model; ``holders`` which replica stores which Responses answer; ``shared``
+    the store proxy replicas share, when one is configured; ``shutdown`` how
+    stopping ends what still runs. One request's life, lease to release,
     is an ``Exchange`` (``proxy/exchange.py``).
     """
 

@@ -28,7 +28,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import redis.asyncio as redis
@@ -103,7 +103,7 @@ class SharedState:
         fields = found[0]
         if fields:
             learner.adopt(shape, _stats(fields))
-        for key, value in zip(keys, found[1] if keys else ()):
+        for key, value in zip(keys, (found[1] if keys else None) or ()):
             placement = _placement(value)
             if placement is not None:
                 affinity.adopt(key, placement)
@@ -143,12 +143,16 @@ class SharedState:
         if self._backlog:  # Redis is back, and no request has come since to write what was kept
             self._write(None)
         now = time.time()
-        until = {url: _number(v) for url, v in zip(urls, found[0])}
+        until = {url: _number(v) for url, v in zip(urls, found[0] or ())}
         return {url: t - now for url, t in until.items() if t is not None and t > now}
 
-    async def close(self) -> None:
+    async def settled(self, timeout: float = 1.0) -> None:
+        """Wait, up to ``timeout``, for the writes in flight."""
         if self._writes:
-            await asyncio.wait(set(self._writes), timeout=1.0)
+            await asyncio.wait(set(self._writes), timeout=timeout)
+
+    async def close(self) -> None:
+        await self.settled()
         await self.client.aclose()
 
     # ------------------------------------------------------------ the round trips
@@ -184,10 +188,16 @@ class SharedState:
         pipe = self.client.pipeline(transaction=False)
         fill(pipe)
         try:
-            result: list[Any] = await asyncio.wait_for(_execute(pipe), self.timeout)
+            result: list[Any] = await asyncio.wait_for(pipe.execute(raise_on_error=False), self.timeout)
         except (RedisError, OSError, asyncio.TimeoutError) as exc:
             self._went_away(operation, exc)
             return None
+        for i, answer in enumerate(result):
+            # a command Redis refused (a key of another type, a script error) is its own loss:
+            # Redis answers, and what else the round trip held stands
+            if isinstance(answer, Exception):
+                log.warning("shared state refused a command: %s", answer)
+                result[i] = None
         if self._away_until:
             self._away_until = 0.0
             self.metrics.state_up.set(1)
@@ -204,10 +214,6 @@ class SharedState:
                         type(exc).__name__)
         self._away_until = time.monotonic() + _RETRY_SECONDS
         self.metrics.state_up.set(0)
-
-
-def _execute(pipe: Any) -> Awaitable[list[Any]]:
-    return pipe.execute()
 
 
 def _shape_key(shape: str) -> str:

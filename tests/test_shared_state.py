@@ -94,7 +94,8 @@ def fleet(**overrides: Any) -> Iterator[Fleet]:
                                                       {"name": "spec-off", "urls": plain}],
                                          health_interval=0.2, scrape_interval=0.3, log_requests=False,
                                          exploration_share=0.0, structure_priors={"thinking_by_default": False},
-                                         state=store.url, **overrides)
+                                         # a busy test machine must not pass for a store that is away
+                                         state=store.url, **{"state_timeout": 1.0, **overrides})
                 proxies.append(stack.enter_context(proxy_server(create_app(settings))))
             yield Fleet(proxies, on, [a, b], store)
     finally:
@@ -166,10 +167,10 @@ def test_redis_stopped_under_load_loses_no_request_and_is_caught_up_with() -> No
         assert all(wait_until(lambda i=i: f.metric(i, "draftgate_state_up") == 1) for i in range(3))
         # What was learned while the store was away reached it once it was back. What it held
         # went with it (this one keeps nothing on disk), but for the updates still on their way
-        # when it stopped: those are written again.
+        # when it stopped: those are written again (at least once: one that timed out may have
+        # been written as well).
         shape = next(iter(f.store.client().scan_iter("draftgate:shape:*")))
         assert wait_until(lambda: int(f.store.client().hget(shape, "n")) >= 90), f.store.client().hget(shape, "n")
-        assert int(f.store.client().hget(shape, "n")) <= 120
 
 
 def test_a_slow_store_holds_no_request() -> None:
@@ -195,14 +196,15 @@ def test_the_store_updates_a_shape_by_the_learners_own_rule() -> None:
     store.start()
     try:
         async def through_redis() -> ShapeStats:
-            settings = load_settings(None, pools=[{"name": "p", "urls": ["http://127.0.0.1:1"]}], state=store.url)
+            settings = load_settings(None, pools=[{"name": "p", "urls": ["http://127.0.0.1:1"]}], state=store.url,
+                                     state_timeout=2.0)
             shared = SharedState(settings, ProxyMetrics())
-            for observed in observations:
+            for observed in observations:  # one at a time: the means after 50 depend on the order
                 shared.push("shape-a", observed, Conversation((), None), ("p", "r", 1.0))
-                await asyncio.sleep(0)
-            await shared.close()
+                await shared.settled(timeout=10.0)
             learner = StructureLearner()
             await shared.pull("shape-a", Conversation((), None), learner, AffinityTable())
+            await shared.close()
             stats = learner.stats("shape-a")
             assert stats is not None
             return stats
@@ -227,3 +229,23 @@ def test_the_store_updates_a_shape_by_the_learners_own_rule() -> None:
 def test_a_malformed_store_address_stops_startup(address: str) -> None:
     with pytest.raises(ConfigError, match="state"):
         load_settings(None, pools=[{"name": "p", "urls": ["http://127.0.0.1:1"]}], state=address)
+
+
+def test_what_else_writes_in_the_store_breaks_no_request() -> None:
+    """A key of another type where a shape's statistics go, and garbage where a placement
+    goes: Redis refuses the one and the proxy ignores the other, and requests are served."""
+    with fleet() as f:
+        body = {"model": MODEL, "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}],
+                "tools": [WEATHER], "tool_choice": "auto", "max_tokens": 8}
+        assert httpx.post(f"{f.proxies[0].url}/v1/chat/completions", json=body, timeout=60).status_code == 200
+        client = f.store.client()
+        assert wait_until(lambda: any(True for _ in client.scan_iter("draftgate:shape:*")))
+        for key in client.scan_iter("draftgate:shape:*"):
+            client.delete(key)
+            client.rpush(key, "not a hash")
+        for key in client.scan_iter("draftgate:placement:*"):
+            client.set(key, "garbage")
+        for i in range(3):
+            assert httpx.post(f"{f.proxies[i].url}/v1/chat/completions", json=body, timeout=60).status_code == 200
+        assert sum(f.metric(i, "draftgate_gate_errors_total") for i in range(3)) == 0
+        assert all(f.metric(i, "draftgate_state_up") == 1 for i in range(3))
