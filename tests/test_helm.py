@@ -71,8 +71,11 @@ MONITORED = {"monitoring": {"serviceMonitor": True, "prometheusRule": True, "gra
              "apiKeys": ["k1"], "adminToken": "t", "config": {"pricePerGpuHour": 3.2}}
 
 
-def test_helm_lint() -> None:
-    proc = subprocess.run([helm_binary(), "lint", str(CHART)], capture_output=True, text=True, timeout=120)
+@pytest.mark.parametrize("settings", [[], ["--set", "redis.trial.enabled=true"],
+                                      ["--set", "redis.url=redis://cache:6379/0,redis.passwordSecret=cache"]],
+                         ids=["defaults", "trial-redis", "external-redis"])
+def test_helm_lint(settings: list[str]) -> None:
+    proc = subprocess.run([helm_binary(), "lint", str(CHART), *settings], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
