@@ -23,22 +23,23 @@ def bearer_token(authorization: str) -> str | None:
 
 
 def token_matches(token: str | None, keys: Iterable[SecretStr]) -> bool:
-    if token is None:
-        return False
-    given = token.encode("utf-8", "surrogateescape")
-    matched = False
-    for key in keys:  # no early exit: every key costs the same time
-        matched |= hmac.compare_digest(given, key.get_secret_value().encode("utf-8", "surrogateescape"))
-    return matched
+    return _matching_index(token, keys) is not None
 
 
 def matching_key(token: str | None, keys: Sequence[ApiKey]) -> ApiKey | None:
-    """The key ``token`` is, compared against every key as ``token_matches`` does."""
+    """The configured key ``token`` is, if any."""
+    index = _matching_index(token, (k.key for k in keys))
+    return None if index is None else keys[index]
+
+
+def _matching_index(token: str | None, secrets: Iterable[SecretStr]) -> int | None:
+    """Which of ``secrets`` ``token`` is: each compared in constant time, and every one
+    compared (no early exit), so every key costs the same time."""
     if token is None:
         return None
     given = token.encode("utf-8", "surrogateescape")
-    found: ApiKey | None = None
-    for key in keys:  # no early exit: every key costs the same time
-        if hmac.compare_digest(given, key.key.get_secret_value().encode("utf-8", "surrogateescape")) and found is None:
-            found = key
+    found: int | None = None
+    for i, secret in enumerate(secrets):
+        if hmac.compare_digest(given, secret.get_secret_value().encode("utf-8", "surrogateescape")) and found is None:
+            found = i
     return found

@@ -81,9 +81,13 @@ def caller_of(key: ApiKey | None, headers: Headers, body: Any) -> Caller:
                              code="mode_not_allowed")
     if key is None:
         return Caller(mode=mode, chose_mode=mode is not None)
-    seconds = lambda ms: None if ms is None else ms / 1000.0  # noqa: E731
     return Caller(label=key.label, mode=mode or key.mode, tpot_target=seconds(key.tpot_target_ms),
                   ttft_target=seconds(key.ttft_target_ms), chose_mode=mode is not None)
+
+
+def seconds(ms: float | None) -> float | None:
+    """A target configured in milliseconds, as the gate takes it."""
+    return None if ms is None else ms / 1000.0
 
 
 def without_mode_field(raw: bytes, body: dict[str, Any]) -> bytes:

@@ -27,7 +27,7 @@ from draftgate.policy.structure import (
 from draftgate.policy.structure.learner import shared_shape_key
 from draftgate.proxy.affinity import AffinityTable, Conversation, Match
 from draftgate.proxy.calibration_file import load_calibration
-from draftgate.proxy.callers import Caller
+from draftgate.proxy.callers import Caller, seconds
 from draftgate.proxy.config import ConfigError, ModelPolicy, ProxySettings
 from draftgate.proxy.endpoints import BY_NAME
 from draftgate.proxy.metrics import ProxyMetrics
@@ -169,7 +169,6 @@ class Planner:
         return self._policies.get(model or "", self._default_policy)
 
     def _gate_policy_of(self, config: ModelPolicy) -> GatePolicy:
-        seconds = lambda ms: None if ms is None else ms / 1000.0  # noqa: E731
         return GatePolicy(mode=config.mode, margin=config.margin, hysteresis=config.hysteresis,
                           kv_cache_full=self.settings.kv_cache_full, kv_cache_ramp=self.settings.kv_cache_ramp,
                           tpot_target=seconds(config.tpot_target_ms), ttft_target=seconds(config.ttft_target_ms),
