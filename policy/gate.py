@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from draftgate.policy import law
-from draftgate.policy.calibration import Calibration
+from draftgate.policy import copying, law
+from draftgate.policy.calibration import LOOKUP_METHODS, Calibration
 from draftgate.policy.structure.estimates import ClassTokens, StructureEstimate
 
 Mode = Literal["auto", "always_on", "always_off"]
@@ -46,6 +46,7 @@ class PoolView:
     max_num_seqs: int = 256
     draft_prefill_ratio: float = 0.0
     kv_usage: float = 0.0  # KV-cache usage of its least-used replica, 0..1 (scraped)
+    lookup: tuple[int, int] = copying.DEFAULT_LOOKUP  # ngram's prompt_lookup_min and _max
 
     @property
     def speculative(self) -> bool:
@@ -140,33 +141,47 @@ class Decision:
         return self._break_even_result[1]
 
 
-def predicted_taus(calibration: Calibration, pool: PoolView, temperature: float) -> dict[str, float]:
-    """Per-class tau on a pool: the law from kappa and the class predictabilities at this
-    temperature, or, when calibration measured tau at temperature 0, that measure moved
-    by the law's change from temperature 0 to this one.
+def predicted_taus(calibration: Calibration, pool: PoolView, temperature: float,
+                   copy: copying.CopySources | None = None) -> dict[str, float]:
+    """Per-class tau on a pool.
 
-    Derived once per calibration, pool and temperature; the result is shared: read it only.
+    A model drafter (a draft model, EAGLE or MTP heads): the law from the method's kappa and
+    the class predictabilities at this temperature, or, when calibration measured tau at
+    temperature 0, that measure moved by the law's change from temperature 0 to this one.
+    A lookup drafter (ngram, suffix): what the request holds to copy (``copy``) predicts the
+    share of each class it gets right (``copying.py``), moved to this temperature the same way.
+
+    A model drafter's are derived once per calibration, pool and temperature and shared: read
+    them only. A lookup's depend on the request, and cost a few multiplications.
     """
+    if pool.method in LOOKUP_METHODS:
+        return _predicted_taus(calibration, pool, temperature, copy)
     key = ("taus", pool.name, pool.gamma, pool.method, temperature)
-    return calibration.derived(key, lambda: _predicted_taus(calibration, pool, temperature))
+    return calibration.derived(key, lambda: _predicted_taus(calibration, pool, temperature, copy))
 
 
-def _predicted_taus(calibration: Calibration, pool: PoolView, temperature: float) -> dict[str, float]:
-    measured = calibration.pool(pool.name, pool.gamma, pool.method).tau_greedy
-    taus = _law_taus(calibration, pool.gamma, temperature)
-    if measured is None:
+def _predicted_taus(calibration: Calibration, pool: PoolView, temperature: float,
+                    copy: copying.CopySources | None) -> dict[str, float]:
+    cal = calibration.pool(pool.name, pool.gamma, pool.method)
+    kappa = cal.kappa if cal.kappa is not None else calibration.kappa
+    taus = _law_taus(calibration, pool.gamma, temperature, kappa)
+    if pool.method in LOOKUP_METHODS:
+        rates = copying.rates_for(pool.method or "", pool.lookup)[0]
+        base = copying.lookup_taus(copy or copying.CopySources(), pool.gamma, rates)
+    elif cal.tau_greedy is not None:
+        base = {c: cal.tau_greedy.of(c) for c in "srf"}
+    else:
         return taus
-    # Measured at temperature 0, and carried to this one by the law's trend: a class's tokens
-    # are not equally predictable (a call's keys are near-certain, its values are not), and
-    # one acceptance per class overstates the runs such a mix gives, which the measure has.
-    greedy = taus if temperature <= 1e-5 else _law_taus(calibration, pool.gamma, 0.0)
-    return {c: min(float(pool.gamma), measured.of(c) * (taus[c] / greedy[c] if greedy[c] > 0 else 1.0))
-            for c in "srf"}
+    # Measured (or, for a lookup, predicted) at temperature 0 and carried to this one by the
+    # law's trend: a class's tokens are not equally predictable (a call's keys are near-certain,
+    # its values are not), and one acceptance per class overstates the runs such a mix gives.
+    greedy = taus if temperature <= 1e-5 else _law_taus(calibration, pool.gamma, 0.0, kappa)
+    return {c: min(float(pool.gamma), base[c] * (taus[c] / greedy[c] if greedy[c] > 0 else 1.0)) for c in "srf"}
 
 
-def _law_taus(calibration: Calibration, gamma: int, temperature: float) -> dict[str, float]:
+def _law_taus(calibration: Calibration, gamma: int, temperature: float, kappa: float) -> dict[str, float]:
     rho = calibration.rho_at(temperature)
-    return {c: law.tau(law.acceptance(rho.of(c), calibration.kappa), gamma) for c in "srf"}
+    return {c: law.tau(law.acceptance(rho.of(c), kappa), gamma) for c in "srf"}
 
 
 def pool_cost(
@@ -186,20 +201,22 @@ def pool_cost(
     saving = 0.0
     measured = calibration.target_pass_seconds.measured_up_to
     steps = tokens
+    drafted: float | None = None
     if pool.speculative and not estimate.speculation_unsupported:
         cal = calibration.pool(pool.name, pool.gamma, pool.method)
         measured = min(measured, cal.delta.measured_up_to)
         d = pool.draft_cost if pool.draft_cost is not None else cal.draft_cost
-        taus = predicted_taus(calibration, pool, estimate.temperature)
+        taus = predicted_taus(calibration, pool, estimate.temperature, estimate.copyable)
+        drafted = drafted_per_round(pool, taus, mix)
         # the span form's saving, from inputs calibration and configuration have validated
         steps = tokens * law.rounds_per_token(mix, taus)
-        saving = 1.0 - law.round_cost(pool.gamma, cal.delta(batch), d) * steps / tokens
+        saving = 1.0 - law.round_cost(drafted, cal.delta(batch), d) * steps / tokens
     cached = affinity.cached_tokens if affinity is not None and affinity.pool == pool.name else 0.0
     uncached = max(0.0, estimate.prompt_tokens - cached)
     prefill = uncached * calibration.prefill_seconds_per_token * (1.0 + pool.draft_prefill_ratio)
     prefill += cached * calibration.prefill_seconds_per_token * calibration.prefill_hit_cost_ratio
-    step = step_seconds(calibration, pool, batch)
-    increment = step if pool.running < 1.0 else max(0.0, step - step_seconds(calibration, pool, pool.running))
+    step = step_seconds(calibration, pool, batch, drafted)
+    increment = step if pool.running < 1.0 else max(0.0, step - step_seconds(calibration, pool, pool.running, drafted))
     decode = tokens * c_t * (1.0 - saving)
     outcomes: tuple[tuple[str, float], ...] = ()
     if estimate.uncertain:
@@ -243,15 +260,25 @@ def _outcome_steps(split: ClassTokens, sequences: int, taus: dict[str, float] | 
     return sequences * (split.s / (taus["s"] + 1.0) + split.r / (taus["r"] + 1.0) + split.f / (taus["f"] + 1.0))
 
 
-def step_seconds(calibration: Calibration, pool: PoolView, running: float) -> float:
+def step_seconds(calibration: Calibration, pool: PoolView, running: float, drafted: float | None = None) -> float:
     """One step of ``pool`` with ``running`` sequences: a target pass, or on a speculation
-    pool a round of ``gamma`` draft passes and the verification."""
+    pool a round of draft passes and the verification of ``drafted`` tokens a sequence
+    (``gamma`` unless a lookup drafts fewer)."""
     c_t = calibration.target_pass_seconds(running)
     if not pool.speculative:
         return c_t
     cal = calibration.pool(pool.name, pool.gamma, pool.method)
     d = pool.draft_cost if pool.draft_cost is not None else cal.draft_cost
-    return c_t * law.round_cost(pool.gamma, cal.delta(running), d)
+    return c_t * law.round_cost(pool.gamma if drafted is None else drafted, cal.delta(running), d)
+
+
+def drafted_per_round(pool: PoolView, taus: dict[str, float], mix: law.ClassMix) -> float:
+    """Draft tokens a round verifies for this request: ``gamma`` from a model drafter; from a
+    lookup, only where it found something to copy (``copying.drafted_per_round``)."""
+    if pool.method not in LOOKUP_METHODS:
+        return float(pool.gamma)
+    rates = copying.rates_for(pool.method or "", pool.lookup)[0]
+    return copying.drafted_per_round(taus, {"s": mix.s, "r": mix.r, "f": mix.f}, pool.gamma, rates)
 
 
 def decide(
@@ -421,7 +448,7 @@ def _break_even(estimate: StructureEstimate, pool: PoolView | None, taus: dict[s
     d = pool.draft_cost if pool.draft_cost is not None else cal.draft_cost
     drafter = law.Drafter(pool.gamma, cal.delta(pool.running + 1.0), d)
     if estimate.speculation_unsupported:  # its cost carries no taus: the pool would not speculate
-        taus = predicted_taus(calibration, pool, estimate.temperature)
+        taus = predicted_taus(calibration, pool, estimate.temperature, estimate.copyable)
     ws = law.break_even_ws_spans(taus, drafter, mix)
     if ws.value is None or math.isnan(ws.value):
         return None, ws.reason

@@ -117,8 +117,9 @@ class Drafter:
         return round_cost(self.gamma, self.delta, self.d)
 
 
-def round_cost(gamma: int, delta: float, d: float) -> float:
-    """``1 + gamma * (delta + d)``, for callers whose inputs are already validated."""
+def round_cost(gamma: float, delta: float, d: float) -> float:
+    """``1 + gamma * (delta + d)``, for callers whose inputs are already validated; ``gamma`` is
+    the draft tokens a round verifies (fewer than the depth for a lookup drafter, on average)."""
     return 1.0 + gamma * (delta + d)
 
 

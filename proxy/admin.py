@@ -24,9 +24,18 @@ class ClassTokens(_Strict):
     f: float = Field(description="prose tokens")
 
 
+class CopySources(_Strict):
+    text_chars: int = Field(description="characters of message text in the conversation, every role")
+    code: bool = Field(description="a fenced code block is in it")
+    earlier_calls: int = Field(description="tool calls earlier in the conversation")
+
+
 class PoolTerms(_Strict):
     pool: str
     saving: float = Field(description="predicted speculative saving on this pool (0 for a plain pool)")
+    tau: dict[str, float] = Field(description="predicted accepted draft tokens per round there, by class (s, r, "
+                                              "f; zeros on a plain pool): the law's for a model drafter, what the "
+                                              "request holds to copy for ngram and suffix")
     cost_per_token: float = Field(description="what the gate minimises: the busy GPU-seconds the request would "
                                               "cause on the pool, per output token")
     gpu_seconds_per_token: float = Field(description="busy GPU-seconds per output token at the pool's load")
@@ -77,6 +86,8 @@ class Explanation(_Strict):
     confidence: float = Field(description="the share of the estimate that rests on earlier responses of the "
                                           "request's shape (0: the priors alone)")
     observations: int = Field(description="earlier responses of the request's shape that the estimate learned from")
+    copyable: CopySources = Field(description="what the answer could copy from: what ngram and suffix pools are "
+                                          "priced by")
     route: str = Field(description="the pool the request would go to")
     predicted_saving: float
     predicted_tau: dict[str, float]

@@ -41,8 +41,10 @@ class ConfigError(ValueError):
 class SpeculationConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    method: str = Field("draft_model", description="the method of the pool's --speculative-config (draft_model, "
-                                                   "eagle, eagle3, ngram, mtp, ...); draft_model adds draft prefill")
+    method: str = Field("draft_model", description="the method of the pool's --speculative-config: draft_model "
+                                                   "(adds draft prefill), eagle, eagle3, mtp (priced by the law with "
+                                                   "their own cost and alignment), ngram, suffix (priced by what the "
+                                                   "request holds to copy)")
     gamma: int = Field(8, ge=1, le=64, description="num_speculative_tokens of the pool")
     draft_cost: float | None = Field(None, ge=0.0, description="d; calibration's value when omitted")
     draft_prefill_ratio: float = Field(0.15, ge=0.0, description="draft prefill relative to the target's")
@@ -59,6 +61,25 @@ class SpeculationConfig(BaseModel):
             if not 1 <= lo <= hi or not 0 <= k <= 64:
                 raise ValueError(f"[{lo}, {hi}, {k}]: each entry is [lo, hi, K] with 1 <= lo <= hi and 0 <= K <= 64")
         return table
+
+    prompt_lookup_min: int | None = Field(None, ge=1, description="ngram: as the pool's --speculative-config "
+                                                                  "sets it (vLLM: 5 when neither bound is set)")
+    prompt_lookup_max: int | None = Field(None, ge=1, description="ngram: as the pool's --speculative-config sets it")
+
+    @model_validator(mode="after")
+    def _lookup_bounds(self) -> SpeculationConfig:
+        low, high = self.lookup
+        if low > high:
+            raise ValueError(f"prompt_lookup_min ({low}) must not exceed prompt_lookup_max ({high})")
+        return self
+
+    @property
+    def lookup(self) -> tuple[int, int]:
+        """ngram's bounds as vLLM resolves them: both 5 when neither is set, else the one set for both."""
+        low, high = self.prompt_lookup_min, self.prompt_lookup_max
+        if low is None and high is None:
+            return 5, 5
+        return (low if low is not None else high), (high if high is not None else low)  # type: ignore[return-value]
 
     def depth_at(self, batch: float) -> int:
         """The depth the pool drafts at with ``batch`` requests running (``gamma`` outside the table)."""

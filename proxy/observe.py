@@ -118,10 +118,19 @@ class Observation:
 
     @property
     def observed_tau(self) -> float | None:
+        """Accepted draft tokens per round that drafted, as vLLM's per-request metrics count them."""
         if not self.spec:
             return None
         steps = self.spec.get("num_spec_steps")
         accepted = self.spec.get("num_accepted_draft_tokens")
         if isinstance(steps, int) and steps > 0 and isinstance(accepted, (int, float)):
             return accepted / steps
+        return None
+
+    def tau_over_every_round(self, tokens: float) -> float | None:
+        """Accepted draft tokens per round, rounds that drafted nothing counted: a lookup (ngram,
+        suffix) drafts only where it finds a match, and each round emits one token and the accepted."""
+        accepted = self.spec.get("num_accepted_draft_tokens") if self.spec else None
+        if isinstance(accepted, (int, float)) and not isinstance(accepted, bool) and 0 <= accepted < tokens:
+            return accepted / (tokens - accepted)
         return None

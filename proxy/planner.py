@@ -89,7 +89,7 @@ class Plan:
             "break_even_ws": d.break_even_ws,
             "break_even_note": d.break_even_note,
             "reasons": [*self.estimate.reasons, *d.reasons],
-            "pools": [{"pool": c.pool, "saving": c.saving, "cost_per_token": c.cost_per_token,
+            "pools": [{"pool": c.pool, "saving": c.saving, "tau": dict(c.tau), "cost_per_token": c.cost_per_token,
                        "gpu_seconds_per_token": c.gpu_seconds_per_token, "eligible": c.eligible, "note": c.note,
                        "running": c.batch - 1.0, "gamma": c.gamma, "extrapolated_beyond": c.extrapolated_beyond,
                        "step_increment": c.step_increment, "steps": c.steps, "prefill_seconds": c.prefill_seconds,

@@ -153,6 +153,7 @@ class Pool:
             waiting=scraped_waiting + max(0.0, running - capacity),
             max_num_seqs=capacity,
             draft_prefill_ratio=spec.draft_prefill_ratio if spec and spec.method == "draft_model" else 0.0,
+            lookup=spec.lookup if spec else (5, 5),
             # a new request can go to the replica with the most room
             kv_usage=min((r.kv_usage for r in healthy), default=0.0),
         )

@@ -26,6 +26,7 @@ from typing import Any
 
 from draftgate.policy import law
 from draftgate.policy.attribution import CounterAttribution
+from draftgate.policy.calibration import LOOKUP_METHODS
 from draftgate.policy.structure import ObservedStructure
 from draftgate.policy.vllm_fields import streams
 from draftgate.proxy.logs import RequestLog
@@ -160,13 +161,15 @@ class Recorder:
         predicted_tau = 1.0 / sum(w / (cost.tau[c] + 1.0) for c, w in mix.items()) - 1.0
         m.tau_predicted.labels(**labels).observe(predicted_tau)
         m.cost_predicted.labels(**labels).observe(1.0 - cost.saving)
-        tau_obs, source = observation.observed_tau, "per_request"
+        spec = pool.config.speculation
+        assert spec is not None
+        # a lookup is predicted per round, rounds without a match counted; vLLM counts only rounds that drafted
+        tau_obs, source = (observation.tau_over_every_round(measured.total_tokens) if spec.method in LOOKUP_METHODS
+                           else observation.observed_tau), "per_request"
         if tau_obs is None:
             tau_obs, source = self._attributed_tau(pool.name, measured), "counters"
         if tau_obs is None:
             return None, None
-        spec = pool.config.speculation
-        assert spec is not None
         cal = calibration.pool(pool.name, spec.gamma, spec.method)
         drafter = law.Drafter(spec.gamma, cal.delta(batch), spec.draft_cost if spec.draft_cost is not None
                               else cal.draft_cost)

@@ -11,6 +11,7 @@ import pytest
 
 from draftgate.calibrate import protocol
 from draftgate.calibrate.report import verdicts, write_report
+from draftgate.emulator.engine import SpecConfig
 from draftgate.emulator.faults import Faults
 from draftgate.emulator.physics import Work, step_time
 from draftgate.emulator.profile import EngineProfile
@@ -138,6 +139,39 @@ def test_resumes_after_interruption(tmp_path: Path) -> None:
         assert served() == before
 
 
+def test_each_speculation_pool_gets_its_own_fit_labelled_with_its_method_and_depth(tmp_path: Path) -> None:
+    """A draft-model pool and an ngram pool, calibrated together: two fits, never pooled. The ngram
+    pool drafts on the CPU (d = 0) and copies a tool call far more than prose."""
+    seed = 909
+    with emulator(seed, True, profile_seed=seed, time_scale=SCALE) as draft, \
+            emulator(seed, True, profile_seed=seed, time_scale=SCALE,
+                     spec=SpecConfig("ngram", 4, lookup_min=2, lookup_max=4)) as ngram, \
+            emulator(seed, False, profile_seed=seed, time_scale=SCALE) as off:
+        plan = protocol.Plan(MODEL, [protocol.Pool("spec-draft", draft.url, 8),
+                                     protocol.Pool("spec-ngram", ngram.url, 4, "ngram")],
+                             protocol.Pool("spec-off", off.url, 0), ["A", "B"], [1, 4], ["greedy"], 8, None,
+                             {a: protocol.load_arm(a) for a in ("A", "B")})
+        state = protocol.execute(plan, tmp_path / "state.jsonl")
+    fit = protocol.fit(plan, state, 0.6)
+    assert {name: (f.method, f.gamma) for name, f in fit.pools.items()} == {
+        "spec-draft": ("draft_model", 8), "spec-ngram": ("ngram", 4)}
+    physics = EngineProfile.random(seed)
+    _, overhead = _law_view_of_physics(physics, 1)
+    assert fit.pools["spec-draft"].draft_cost == pytest.approx(overhead - protocol.DELTA_AT_ONE, rel=0.25)
+    assert fit.pools["spec-ngram"].draft_cost == 0.0
+    assert all(0 < v <= 4 for v in fit.pools["spec-ngram"].drafted_per_round.values())
+    pools = fit.calibration.pools
+    assert (pools["spec-draft"].method, pools["spec-ngram"].method) == ("draft_model", "ngram")
+    assert pools["spec-draft"].draft_cost != pools["spec-ngram"].draft_cost
+    copied = fit.tau["spec-ngram"]
+    assert copied["s"] is not None and copied["f"] is not None and copied["s"] > 2 * copied["f"]
+    report = tmp_path / "report.md"
+    write_report(report, plan, state, fit)
+    text = report.read_text()
+    assert "## Each speculation pool's own fit" in text
+    assert "| spec-draft | draft_model | 8 |" in text and "| spec-ngram | ngram | 4 | 0.000 |" in text
+
+
 def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "draftgate.proxy.cli.main", "calibrate", "--spec-on", "http://127.0.0.1:9",
            "--spec-off", "http://127.0.0.1:9", "--out", str(tmp_path / "c.yaml")]
@@ -148,6 +182,11 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
                "--model", "other/model", "--out", str(tmp_path / "c.yaml")]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and "not other/model" in proc.stderr
+    for methods, says in (("ngram,eagle", "2 method(s)"), ("medusa2", "unknown medusa2")):
+        cmd = [sys.executable, "-m", "draftgate.proxy.cli.main", "calibrate", "--spec-on", "http://127.0.0.1:9",
+               "--spec-off", "http://127.0.0.1:9", "--methods", methods, "--out", str(tmp_path / "c.yaml")]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
 def test_between_measured_loads_the_gate_interpolates_what_the_physics_does(tmp_path: Path) -> None:

@@ -74,3 +74,30 @@ def test_explain_bounds_the_output_by_the_context_given(tmp_path: Path) -> None:
     refused = subprocess.run([*DRAFTGATE, "explain", str(request), "--max-model-len", "0"],
                              capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "--max-model-len must be a positive" in refused.stderr
+
+
+def test_an_ngram_pool_is_priced_by_what_the_request_holds_to_copy(tmp_path: Path) -> None:
+    """The same ngram pool, two requests: a first question, and a follow-up on code already in the
+    conversation; the pool's predicted tau follows what each holds to copy, the draft pool's does not."""
+    config = tmp_path / "draftgate.yaml"
+    config.write_text(json.dumps({"pools": [
+        {"name": "lookup", "urls": ["http://lookup:8000"],
+         "speculation": {"method": "ngram", "gamma": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4}},
+        {"name": "draft", "urls": ["http://draft:8000"], "speculation": {"gamma": 4}}]}))
+    code = "```python\n" + "def area(base, height):\n    return base * height / 2\n" * 30 + "```"
+    asks = {"first": [{"role": "user", "content": "Write a poem about autumn."}],
+            "follow-up": [{"role": "user", "content": f"Review this:\n{code}"},
+                          {"role": "assistant", "content": f"It computes a triangle's area:\n{code}"},
+                          {"role": "user", "content": "Now rename height to h everywhere."}]}
+    taus = {}
+    for name, messages in asks.items():
+        request = tmp_path / f"{name}.json"
+        request.write_text(json.dumps({"model": "Qwen/Qwen3-32B", "messages": messages, "temperature": 0}))
+        proc = subprocess.run([*DRAFTGATE, "explain", str(request), "--json", "--config", str(config)],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout)
+        taus[name] = {p["pool"]: p["tau"]["f"] for p in out["pools"]}
+        assert out["copyable"]["code"] is (name == "follow-up")
+    assert taus["follow-up"]["lookup"] > 2.5 * taus["first"]["lookup"]
+    assert taus["follow-up"]["draft"] == taus["first"]["draft"]

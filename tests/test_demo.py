@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from draftgate.demo.run import run_demo
+from draftgate.workloads import mix
 
 
 def children() -> set[int]:
@@ -47,6 +48,7 @@ def test_the_demo_prints_the_evaluations_verdict_and_leaves_nothing_running(tmp_
     before = children()
     summary = run_demo(seed=2, scale=0.4, out_dir=tmp_path)
     _check_verdict(summary, ["1", "8", "32", "burst"])
+    assert "always ngram K=4" not in summary["levels"]["1"]["strategies"]  # the demo is the short verdict
     printed = capsys.readouterr().out
     assert "EMULATED" in printed and "oracle" in printed
     # the verdict in words, for every level, whichever way it goes
@@ -67,8 +69,17 @@ def test_evaluate_json_over_two_seeds(tmp_path: Path) -> None:
     summary = json.loads(done.stdout)
     assert summary["seeds"] == 2
     _check_verdict(summary, ["1", "4", "burst"])
-    ranges = [s["cost_per_token"] for s in summary["levels"]["4"]["strategies"].values()]
+    strategies = summary["levels"]["4"]["strategies"]
+    ranges = [s["cost_per_token"] for s in strategies.values()]
     assert any(r["max"] > r["min"] for r in ranges)  # two seeds, two hardware draws: a spread
+    # an ngram pool, alone and behind the gate with the depth-8 pool: where each pays, by kind of request
+    alone, gated = strategies["always ngram K=4"], strategies["gate, ngram + draft"]
+    assert alone["measured"] and gated["measured"]
+    for kind, routes in gated["routes_by_kind"].items():
+        assert kind in mix.KINDS and set(routes) <= {"ngram", "spec-on"}, routes
+        assert abs(sum(routes.values()) - 1.0) < 0.01
+    assert set(alone["cost_by_kind"]) == set(gated["cost_by_kind"]) and min(alone["cost_by_kind"].values()) > 0
+    assert "where each drafter pays" in done.stderr
 
 
 def test_evaluate_against_given_pools_reports_the_rest_as_not_measured(tmp_path: Path) -> None:

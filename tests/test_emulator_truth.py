@@ -68,18 +68,38 @@ def test_a_lookup_drafter_gets_right_what_the_prompt_already_holds() -> None:
     assert by_kind["text"] is None or by_kind["text"] < by_kind["syntax"] / 2, by_kind
 
 
-def test_the_lookup_is_vllms_ngram_rule() -> None:
-    from draftgate.emulator.speculation import lookup
+def _accepted(url: str, body: dict) -> int:
+    answer = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60).json()
+    return answer["metrics"]["speculative_decoding"]["num_accepted_draft_tokens"]
 
-    prompt = ["a", "b", "c", "d", "x", "y"]
-    proposes, right = lookup(prompt, ["a", "b", "c", "e", "a", "b", "c"])
-    # it proposes where the two tokens before occurred earlier: "a b" (twice) and "b c";
-    # it is right where what followed them there comes next: "c" after "a b", not "e" after "b c"
-    assert list(proposes) == [False, False, True, True, False, False, True]
-    assert list(right) == [False, False, True, False, False, False, True]
-    # the output is context too: "c e" is followed by "a" once it has been written
-    proposes, right = lookup(prompt, ["c", "e", "a", "c", "e", "a"])
-    assert list(right) == [False, False, False, False, False, True]
+
+def test_suffix_decoding_copies_from_the_answers_the_server_gave_before() -> None:
+    """A suffix drafter also looks in earlier answers: asked the same thing again, it copies the
+    answer it gave; an ngram drafter, which sees only the request, does not get better."""
+    from draftgate.emulator.engine import SpecConfig
+
+    body = {"model": "Qwen/Qwen3-32B", "temperature": 0, "seed": 5, "max_tokens": 200,
+            "messages": [{"role": "user", "content": "Tell me a story about a lighthouse keeper."}]}
+    with emulator(7, True, spec=SpecConfig("suffix", 8)) as suffix, \
+            emulator(7, True, spec=SpecConfig("ngram", 8, lookup_min=2, lookup_max=4)) as ngram:
+        first, again = _accepted(suffix.url, body), _accepted(suffix.url, body)
+        assert again > first + 50, (first, again)
+        assert _accepted(ngram.url, body) == _accepted(ngram.url, body)
+
+
+def test_the_emulator_reads_the_lookup_bounds_as_vllm_resolves_them() -> None:
+    from draftgate.cli_error import CliError
+    from draftgate.emulator.cli import parse_speculative_config
+
+    def bounds(extra: str) -> tuple[int, int]:
+        spec = parse_speculative_config('{"method": "ngram", "num_speculative_tokens": 4' + extra + "}")
+        return spec.lookup_min, spec.lookup_max
+
+    assert bounds("") == (5, 5)
+    assert bounds(', "prompt_lookup_max": 4') == (4, 4)
+    assert bounds(', "prompt_lookup_min": 2, "prompt_lookup_max": 4') == (2, 4)
+    with pytest.raises(CliError, match="must not exceed"):
+        bounds(', "prompt_lookup_min": 5, "prompt_lookup_max": 2')
 
 
 def test_a_step_grows_with_batch_and_context_and_verification_turns_compute_bound() -> None:

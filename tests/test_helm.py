@@ -231,6 +231,22 @@ def test_latency_targets_and_the_objective_reach_the_proxy_from_values(tmp_path:
     assert policy.gpu_budget_ms_per_token == 30
 
 
+def test_an_ngram_pool_reaches_the_proxy_with_its_method_and_lookup_bounds(tmp_path: Path) -> None:
+    ngram = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
+    pools = [{"name": "lookup", "model": "Qwen/Qwen3-32B", "speculativeConfig": ngram, "replicas": 1, "gpus": 1,
+              "maxNumSeqs": 256},
+             {"name": "plain", "model": "Qwen/Qwen3-32B", "speculativeConfig": None, "replicas": 1, "gpus": 1,
+              "maxNumSeqs": 256}]
+    docs = render(values={"vllm": {"pools": pools}})
+    config = next(d for d in docs if d["kind"] == "ConfigMap" and "draftgate.yaml" in d["data"])
+    (tmp_path / "draftgate.yaml").write_text(config["data"]["draftgate.yaml"])
+    spec = load_settings(tmp_path / "draftgate.yaml").pools[0].speculation
+    assert spec is not None and (spec.method, spec.gamma, spec.lookup) == ("ngram", 4, (2, 4))
+    server = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("lookup"))
+    args = server["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert json.loads(args[args.index("--speculative-config") + 1]) == ngram
+
+
 def test_keys_with_labels_and_modes_reach_the_proxy_through_the_secret(monkeypatch: pytest.MonkeyPatch) -> None:
     keys = ["plain-key", {"key": "team-key", "label": "team-a", "mode": "always_off", "allow_mode_header": True}]
     secret = next(d for d in render(values={"apiKeys": keys}) if d["kind"] == "Secret")

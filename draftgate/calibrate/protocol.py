@@ -20,6 +20,8 @@ from typing import Any
 from draftgate.calibrate.runner import Record, run_batch
 from draftgate.policy import fitting, law
 from draftgate.policy.calibration import (
+    LOOKUP_METHODS,
+    METHOD_DEFAULTS,
     Calibration,
     ClassValues,
     Curve,
@@ -33,6 +35,7 @@ ARMS_DIR = ARMS
 ARM_NAMES = {"A": "free prose", "B": "schema-bound tool calls (temperature 0)", "C": "long reasoning",
              "D": "agent loop replay"}
 DELTA_AT_ONE = 0.01  # the d / delta split is a convention: delta(1) is taken as this prior
+MIN_DRAFTED_TO_FIT = 1.0  # draft tokens a round must verify, on average, for its cost per token to be fitted
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,11 @@ class Pool:
     name: str
     url: str
     gamma: int  # 0: speculation off
+    method: str = "draft_model"  # of its --speculative-config
+
+    @property
+    def copies(self) -> bool:
+        return self.method in LOOKUP_METHODS
 
 
 @dataclass
@@ -149,10 +157,23 @@ def records_of(state: dict[str, dict[str, Any]], kind: str | None = None, pool: 
 
 
 @dataclass
+class PoolFit:
+    """One speculation pool's own cost fit: never pooled across methods or depths."""
+
+    method: str
+    gamma: int
+    overhead: dict[int, float]  # delta + d per draft token verified, by load
+    draft_cost: float
+    delta: list[tuple[float, float]]
+    kappa: float | None  # fitted for EAGLE and MTP heads; draft models share the calibration's
+    drafted_per_round: dict[int, float] = field(default_factory=dict)  # a lookup's, from the counters
+
+
+@dataclass
 class Fit:
     calibration: Calibration
     c_t: dict[int, float]
-    overhead: dict[int, float]
+    overhead: dict[int, float]  # the draft-model pools', the reference the report's tests use
     round_time: dict[tuple[str, int], float]
     tau: dict[str, dict[str, float | None]]  # pool -> class -> tau (greedy)
     tau_sampled: dict[str, dict[str, float | None]]
@@ -161,6 +182,7 @@ class Fit:
     kappa_pairs: list[tuple[float, float]]
     uncertainty: dict[str, float | None]
     residuals: dict[str, float]
+    pools: dict[str, PoolFit] = field(default_factory=dict)
 
 
 def fit(plan: Plan, state: dict[str, dict[str, Any]], default_temperature: float) -> Fit:
@@ -172,13 +194,23 @@ def fit(plan: Plan, state: dict[str, dict[str, Any]], default_temperature: float
             c_t[c] = statistics.median(tpots)
     round_time: dict[tuple[str, int], float] = {}
     overheads: dict[int, float] = {}
+    pool_overheads: dict[str, dict[int, float]] = {p.name: {} for p in plan.spec}
+    drafted: dict[str, dict[int, float]] = {p.name: {} for p in plan.spec}
     for c in plan.concurrency:
         rounds = []
         for pool in plan.spec:
-            values = [r.tpot * (r.tau + 1.0) for r in records_of(state, "timing", pool.name, regime="greedy",
-                                                                  concurrency=c) if r.tpot is not None and r.tau is not None]
-            if values:
-                round_time[(pool.name, c)] = statistics.median(values)
+            found = _round(state, pool, c)
+            if found is None or c not in c_t:
+                continue
+            round_time[(pool.name, c)], per_round = found
+            drafted[pool.name][c] = per_round
+            # a lookup that verifies less than a token a round leaves its cost per drafted token buried
+            # in the noise of comparing two pools' timings: not fitted at that load
+            ov = (fitting.overhead(c_t[c], [(per_round, round_time[(pool.name, c)])])
+                  if per_round >= MIN_DRAFTED_TO_FIT else None)
+            if ov is not None:
+                pool_overheads[pool.name][c] = ov
+            if pool.method == "draft_model":
                 rounds.append((pool.gamma, round_time[(pool.name, c)]))
         ov = fitting.overhead(c_t.get(c, 0.0), rounds)
         if ov is not None:
@@ -186,24 +218,86 @@ def fit(plan: Plan, state: dict[str, dict[str, Any]], default_temperature: float
     tau: dict[str, dict[str, float | None]] = {}
     tau_sampled: dict[str, dict[str, float | None]] = {}
     for pool in plan.spec:
-        greedy = [(r.w, r.tau) for r in records_of(state, "timing", pool.name, regime="greedy") if r.tau is not None]
-        sampled = [(r.w, r.tau) for r in records_of(state, "timing", pool.name, regime="default") if r.tau is not None]
+        greedy = [(r.w, t) for r in records_of(state, "timing", pool.name, regime="greedy")
+                  if (t := _tau_of(pool, r)) is not None]
+        sampled = [(r.w, t) for r in records_of(state, "timing", pool.name, regime="default")
+                   if (t := _tau_of(pool, r)) is not None]
         tau[pool.name] = fitting.class_tau(greedy)
         tau_sampled[pool.name] = fitting.class_tau(sampled)
     entropy_records = [r for r in records_of(state, "entropy") if r.entropy is not None]
     entropy = fitting.class_entropy([(r.w, r.entropy) for r in entropy_records])
     missing = statistics.mean(r.missing_mass for r in entropy_records) if entropy_records else None
     rho = {c: (math.exp(-h) if h is not None else None) for c, h in entropy.items()}
-    pairs = [(1.0 - rho[c], 1.0 - fitting.invert_tau(tau[p.name][c], p.gamma))
-             for p in plan.spec for c in "srf" if rho[c] is not None and tau[p.name][c] is not None]
+    def kappa_pairs(pools: list[Pool]) -> list[tuple[float, float]]:
+        return [(1.0 - rho[c], 1.0 - fitting.invert_tau(tau[p.name][c], p.gamma))
+                for p in pools for c in "srf" if rho[c] is not None and tau[p.name][c] is not None]
+
+    # the calibration's kappa is the draft models' (the law's reference drafter); heads get their
+    # own; a lookup's tau says nothing of alignment
+    models = [p for p in plan.spec if not p.copies]
+    pairs = kappa_pairs([p for p in models if p.method == "draft_model"] or models)
     kappa = fitting.kappa_through_origin(pairs) or 0.9
+    pool_fits = {p.name: _pool_fit(p, pool_overheads[p.name], drafted[p.name], kappa_pairs([p]))
+                 for p in plan.spec}
     prefill = _prefill(plan, state)
-    calibration = _calibration(plan, state, c_t, overheads, tau, tau_sampled, rho, kappa, prefill,
+    calibration = _calibration(plan, state, c_t, pool_fits, tau, tau_sampled, rho, kappa, prefill,
                                default_temperature)
     uncertainty = _uncertainty(plan, state, entropy_records, c_t, overheads)
     residuals = {f"kappa fit, {p:.2f}": round(e - kappa * p, 4) for p, e in pairs}
     return Fit(calibration, c_t, overheads, round_time, tau, tau_sampled, entropy, missing, pairs,
-               uncertainty, residuals)
+               uncertainty, residuals, pool_fits)
+
+
+def _tau_of(pool: Pool, record: Record) -> float | None:
+    """A request's tau as the gate prices it. vLLM counts the rounds that drafted; a lookup drafts
+    only where it finds a match, so its rounds are all of them: output tokens less accepted ones."""
+    if not pool.copies:
+        return record.tau
+    if record.spec_steps and record.completion_tokens > record.accepted:
+        return record.accepted / (record.completion_tokens - record.accepted)
+    return None
+
+
+def _round(state: dict[str, dict[str, Any]], pool: Pool, concurrency: int) -> tuple[float, float] | None:
+    """A pool's median seconds per decoding round at one load, and the draft tokens a round verifies.
+
+    A model drafter drafts ``gamma`` every round, and its per-request tau counts every round. A
+    lookup proposes only where it finds a match, and vLLM counts only those rounds, so its rounds
+    and drafted tokens come from the batch's counters: each round emits one token and the accepted."""
+    records = [r for r in records_of(state, "timing", pool.name, regime="greedy", concurrency=concurrency)
+               if r.tpot is not None]
+    if not pool.copies:
+        values = [r.tpot * (r.tau + 1.0) for r in records if r.tau is not None]
+        return (statistics.median(values), float(pool.gamma)) if values else None
+    entries = [entry.get("counters", {}) for k, entry in state.items()
+               if (parts := k.split("|"))[0] == "timing" and parts[2:] == [pool.name, str(concurrency), "greedy"]]
+    accepted = sum(e.get("num_accepted_tokens", 0.0) for e in entries)
+    proposed = sum(e.get("num_draft_tokens", 0.0) for e in entries)
+    tokens = sum(r.completion_tokens for r in records)
+    if not records or tokens <= accepted:
+        return None
+    rounds = tokens - accepted
+    return statistics.median(r.tpot for r in records) * tokens / rounds, proposed / rounds
+
+
+def _pool_fit(pool: Pool, overhead: dict[int, float], drafted: dict[int, float],
+              pairs: list[tuple[float, float]]) -> PoolFit:
+    """Split a pool's overhead into a draft pass's cost (what it costs at the lightest load, less the
+    conventional delta there) and verification by load; a lookup drafts on the CPU, so it is all
+    verification. A head's kappa comes from its own tau; without data, its method's default."""
+    loads = sorted(overhead)
+    defaults = METHOD_DEFAULTS.get(pool.method, METHOD_DEFAULTS["draft_model"])
+    if pool.copies:
+        d = 0.0
+    elif loads:
+        d = max(0.0, overhead[loads[0]] - DELTA_AT_ONE)
+    else:
+        d = defaults.draft_cost
+    delta = [(float(b), max(0.0, overhead[b] - d)) for b in loads]
+    kappa = None
+    if pool.method != "draft_model" and not pool.copies:
+        kappa = fitting.kappa_through_origin(pairs) or defaults.kappa
+    return PoolFit(pool.method, pool.gamma, overhead, d, delta, kappa, drafted)
 
 
 def _prefill(plan: Plan, state: dict[str, dict[str, Any]]) -> float | None:
@@ -216,7 +310,7 @@ def _prefill(plan: Plan, state: dict[str, dict[str, Any]]) -> float | None:
     return fitting.slope([r.prompt_tokens for r in records], [r.ttft for r in records])
 
 
-def _calibration(plan: Plan, state: dict[str, dict[str, Any]], c_t: dict[int, float], overheads: dict[int, float],
+def _calibration(plan: Plan, state: dict[str, dict[str, Any]], c_t: dict[int, float], pool_fits: dict[str, PoolFit],
                  tau: dict[str, dict[str, float | None]], tau_sampled: dict[str, dict[str, float | None]],
                  rho: dict[str, float | None], kappa: float, prefill: float | None,
                  default_temperature: float) -> Calibration:
@@ -231,17 +325,16 @@ def _calibration(plan: Plan, state: dict[str, dict[str, Any]], c_t: dict[int, fl
             sampled[c] = min(rho_greedy.of(c), max(1e-3, 1.0 - eps / kappa))
         else:
             sampled[c] = defaults.rho_sampled.of(c) * rho_greedy.of(c) / defaults.rho_greedy.of(c)
-    loads = sorted(overheads)
-    d_value = max(0.0, overheads[loads[0]] - DELTA_AT_ONE) if loads else defaults.pool("x").draft_cost
-    delta_points = [(float(b), max(0.0, overheads[b] - d_value)) for b in loads] or list(
-        defaults.pool("x").delta.points)
     pools = {}
     for p in plan.spec:
-        measured = tau[p.name]
+        measured, pool_fit = tau[p.name], pool_fits[p.name]
         tau_values = (ClassValues(**{c: float(measured[c]) for c in "srf"})
                       if all(measured[c] is not None for c in "srf") else None)
-        pools[p.name] = PoolCalibration(method="draft_model", gamma=p.gamma, draft_cost=d_value,
-                                        delta=Curve(points=delta_points), tau_greedy=tau_values)
+        default = defaults.pool("x", p.gamma, p.method)
+        pools[p.name] = PoolCalibration(
+            method=p.method, gamma=p.gamma, draft_cost=pool_fit.draft_cost,
+            delta=Curve(points=pool_fit.delta) if pool_fit.delta else default.delta, tau_greedy=tau_values,
+            kappa=None if pool_fit.kappa is None else max(1e-3, min(5.0, pool_fit.kappa)))
     passes = [(float(b), v) for b, v in sorted(c_t.items())] or list(defaults.target_pass_seconds.points)
     return Calibration(
         source="measured", model=plan.model, created=datetime.now(timezone.utc), kappa=max(1e-3, min(5.0, kappa)),

@@ -132,7 +132,8 @@ def write_report(path: Path, plan: Plan, state: dict[str, dict[str, Any]], fit: 
     cal = fit.calibration
     figures = _figures(path, plan, state, fit)
     lines = [f"# draftgate calibration report: {cal.model}", "",
-             f"Pools: {', '.join(f'{p.name} (gamma={p.gamma})' for p in plan.spec)} against {plan.off.name}; "
+             f"Pools: {', '.join(f'{p.name} ({p.method}, gamma={p.gamma})' for p in plan.spec)} against "
+             f"{plan.off.name}; "
              f"arms {', '.join(f'{a} ({ARM_NAMES[a]})' for a in plan.arms)}; concurrency "
              f"{', '.join(map(str, plan.concurrency))}; regimes {', '.join(plan.regimes)}; "
              f"{plan.requests} requests per arm and run.", "",
@@ -148,6 +149,16 @@ def write_report(path: Path, plan: Plan, state: dict[str, dict[str, Any]], fit: 
         extra = next((v for k, v in fit.uncertainty.items() if k.startswith(f"delta+d({b})")), None)
         lines.append(f"| delta+d at {b} running | {value:.4f} | {_fmt(extra)} |")
     lines.append(f"| prefill seconds per uncached token | {cal.prefill_seconds_per_token:.2e} | |")
+    lines += ["", "## Each speculation pool's own fit", "",
+              "Fitted per pool, never pooled across methods or depths: a draft pass's cost d, and the verification "
+              "cost delta per draft token by load (a lookup's d is 0: it runs on the CPU).", "",
+              "| pool | method | gamma | d | delta by running requests | kappa | drafted per round |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, pf in fit.pools.items():
+        deltas = ", ".join(f"{b:.0f}: {v:.3f}" for b, v in pf.delta) or "not measured (defaults)"
+        drafted = ", ".join(f"{b}: {v:.2f}" for b, v in sorted(pf.drafted_per_round.items()))
+        kappa = "the calibration's" if pf.kappa is None and pf.method == "draft_model" else _fmt(pf.kappa)
+        lines.append(f"| {name} | {pf.method} | {pf.gamma} | {pf.draft_cost:.3f} | {deltas} | {kappa} | {drafted} |")
     if fit.missing_mass is not None:
         lines += ["", f"rho comes from top-20 logprobs on the plain pool; the truncated distribution misses "
                       f"{fit.missing_mass:.2%} of probability mass on average, which biases entropy down and rho up."]
@@ -160,7 +171,7 @@ def write_report(path: Path, plan: Plan, state: dict[str, dict[str, Any]], fit: 
     lines += ["", f"![tau by class]({figures[0]})", "", "## Break-even acceptance", "",
               "| pool | running | alpha* exact | alpha* closed form |", "| --- | --- | --- | --- |"]
     for p in plan.spec:
-        pc = cal.pool(p.name, p.gamma)
+        pc = cal.pool(p.name, p.gamma, p.method)
         for b in sorted(fit.overhead):
             drafter = law.Drafter(p.gamma, pc.delta(b), pc.draft_cost)
             exact, closed = law.break_even_alpha(drafter), law.break_even_eps_closed_form(drafter)

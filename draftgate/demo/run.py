@@ -30,14 +30,15 @@ def run_demo(seed: int = 1, scale: float = 1.0, out_dir: Path = Path("demo-outpu
     """Run the short evaluation and print its verdict; returns the summary (``evaluate --json``'s object)."""
     options = bench.Options(seeds=1, first_seed=seed, concurrency=LEVELS, burst=max(1, int(BURST * scale)),
                             scale=0.5 * scale, out=out_dir, spec_on={8: spec_on} if spec_on else {},
-                            spec_off=spec_off, dynamic_k=dynamic_k)
+                            spec_off=spec_off, dynamic_k=dynamic_k, drafters=False)
     say("draftgate demo")
     if options.emulated:
         say("  The backends are EMULATED vLLM servers (no GPU) with an H200's physics: the figures show the\n"
             "  mechanism and its trade-offs, not your hardware. `draftgate evaluate --spec-on URL --spec-off URL`\n"
             "  against your own pools is how you get your own verdict.")
     say(f"\n  strategies: the gate, always on at depth 2, 4 and 8, always off, dynamic K, and the per-request oracle;\n"
-        f"  concurrency {', '.join(map(str, LEVELS))} (closed loop) and a burst of {options.burst} requests\n")
+        f"  concurrency {', '.join(map(str, LEVELS))} (closed loop) and a burst of {options.burst} requests\n"
+        f"  (`draftgate evaluate` also compares an ngram pool, alone and gated with the depth-8 pool)\n")
     summary, _ = bench.run(options, say)
     bench.report(summary, options, say)
     if keep_running:

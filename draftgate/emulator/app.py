@@ -34,6 +34,7 @@ from draftgate.emulator import truth, wire
 from draftgate.emulator.debug import debug_routes
 from draftgate.emulator.engine import Engine, Sequence, SpecConfig
 from draftgate.emulator.faults import CutShort, Faults
+from draftgate.emulator.lookup import AnswerCache, NgramProposer, Proposer, SuffixProposer, runs_from_each_position
 from draftgate.emulator.messages import Messages
 from draftgate.emulator.metrics import EngineMetrics
 from draftgate.emulator.profile import EngineProfile
@@ -46,7 +47,7 @@ from draftgate.emulator.request_fields import (
     typed,
 )
 from draftgate.emulator.responses import Responses
-from draftgate.emulator.speculation import lookup, position_model
+from draftgate.emulator.speculation import position_model
 from draftgate.emulator.textgen import Generated, OutputToken, generate, request_digest
 from draftgate.emulator.tokens import (
     block_hashes,
@@ -102,6 +103,8 @@ class Emulator:
         self.generation_defaults = config.profile.generation_defaults
         self.misalignment = config.profile.drafter(config.spec.method).misalignment if config.spec else 0.0
         self.lookup_drafter = config.spec is not None and config.profile.drafter(config.spec.method).shape is None
+        # suffix decoding also copies from the answers this server gave before
+        self.answers = AnswerCache() if config.spec is not None and config.spec.method == "suffix" else None
 
     # ---------------------------------------------------------------- routes
 
@@ -292,7 +295,7 @@ class Emulator:
             truncated = isinstance(cap, int) and len(gen.tokens) > cap
             if truncated:
                 del gen.tokens[cap:]
-            lookups = lookup(prompt_tokens, [t.text for t in gen.tokens]) if self.lookup_drafter else None
+            lookups = self._lookups(prompt_tokens, [t.text for t in gen.tokens]) if self.lookup_drafter else None
             positions = position_model([t.kind for t in gen.tokens], self.config.profile, temperature,
                                        np.random.default_rng([self.config.seed, digest & 0xFFFFFFFF, index]),
                                        self.misalignment, lookups)
@@ -300,6 +303,18 @@ class Emulator:
                                  temperature, speculate, positions))
             gens.append(gen)
         return seqs, gens, len(prompt_tokens)
+
+    def _lookups(self, prompt: list[str], output: list[str]) -> tuple[list[int], list[int]]:
+        """What the lookup drafter proposes and gets right from each output position."""
+        spec = self.config.spec
+        assert spec is not None
+        depth = max([spec.num_speculative_tokens, *(k for _, _, k in spec.per_batch_size)])
+        proposer: Proposer = (SuffixProposer(prompt, self.answers) if self.answers is not None
+                              else NgramProposer(prompt, spec.lookup_min, spec.lookup_max))
+        runs = runs_from_each_position(proposer, output, depth)
+        if self.answers is not None:
+            self.answers.add(output)
+        return runs
 
     async def _wait(self, seq: Sequence) -> None:
         while True:

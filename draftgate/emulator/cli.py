@@ -52,7 +52,15 @@ def parse_speculative_config(text: str | None) -> Any:
         per_batch = tuple((int(lo), int(hi), int(kk)) for lo, hi, kk in table)
     except (TypeError, ValueError):
         raise CliError("--speculative-config: num_speculative_tokens_per_batch_size is a list of [lo, hi, K]") from None
-    return SpecConfig(method, k, per_batch, raw.get("model"))
+    low, high = raw.get("prompt_lookup_min"), raw.get("prompt_lookup_max")
+    for name, value in (("prompt_lookup_min", low), ("prompt_lookup_max", high)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise CliError(f"--speculative-config: {name} must be an integer >= 1")
+    # vLLM's resolution: both 5 when neither is given, else the one given for both
+    low, high = (5, 5) if low is None and high is None else (low or high, high or low)
+    if low > high:
+        raise CliError("--speculative-config: prompt_lookup_min must not exceed prompt_lookup_max")
+    return SpecConfig(method, k, per_batch, raw.get("model"), low, high)
 
 
 def build_config(args: argparse.Namespace) -> Any:

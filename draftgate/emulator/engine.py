@@ -43,6 +43,9 @@ class SpecConfig:
     num_speculative_tokens: int
     per_batch_size: tuple[tuple[int, int, int], ...] = ()
     draft_model: str | None = None
+    # ngram's prompt_lookup_min and _max, as vLLM resolves them (5 and 5 when neither is given)
+    lookup_min: int = 5
+    lookup_max: int = 5
 
     def depth_at(self, batch: int) -> int:
         for lo, hi, k in self.per_batch_size:
@@ -293,13 +296,12 @@ class Engine:
 
     def _proposal(self, seq: Sequence, depth: int) -> int:
         """Draft tokens proposed for ``seq`` this step: ``depth`` from a model drafter; from a
-        lookup, ``depth`` where the tokens before match earlier text and none elsewhere; never
-        past the answer's end."""
+        lookup, what it found to copy, up to ``depth``; never past the answer's end."""
         room = len(seq.output) - seq.emitted - 1
         if not seq.speculate or seq.positions is None or depth <= 0 or room <= 0:
             return 0
-        if not self.model_drafter and not seq.positions.proposes[seq.emitted]:
-            return 0
+        if not self.model_drafter:
+            return min(depth, room, int(seq.positions.proposed[seq.emitted]))
         return min(depth, room)
 
     def _admit(self) -> list[Sequence]:
@@ -337,9 +339,11 @@ class Engine:
         if draft_len <= 0 or seq.positions is None:
             self._emit(seq, 1, now)
             return
+        positions, start = seq.positions, seq.emitted
+        accepts = positions.accepts if self.model_drafter else positions.accepts_copy
+        limit = draft_len if self.model_drafter else min(draft_len, int(positions.matching[start]))
         accepted = 0
-        right = seq.positions.accepts if self.model_drafter else lambda i, _t: bool(seq.positions.right[i])
-        while accepted < draft_len and right(seq.emitted + accepted, seq.temperature):
+        while accepted < limit and accepts(start + accepted, seq.temperature):
             accepted += 1
         self.truth.record(seq.output, seq.emitted, draft_len, accepted)
         seq.spec.record(draft_len, accepted)

@@ -8,7 +8,7 @@ A model drafter's logits are the target's plus noise whose size is the
 drafter's misalignment. Draft tokens are accepted by the standard rule: at
 temperature 0 when the draft's argmax is the target's; above it (greedy
 drafts) with the target's tempered probability of the draft token. A lookup
-drafter (ngram, suffix) works on the token sequences alone (``lookup``).
+drafter (ngram, suffix) works on the token sequences alone (``lookup.py``).
 Nothing here knows the Draft Law.
 """
 
@@ -43,8 +43,16 @@ class PositionModel:
     accept_greedy: np.ndarray  # (N,) bool: draft argmax equals target argmax
     accept_prob_sampled: np.ndarray  # (N,) target's tempered probability of the draft token
     uniforms: np.ndarray  # (N,) draws that decide sampled acceptance
-    proposes: np.ndarray  # (N,) bool: a lookup drafter has a proposal for this position
-    right: np.ndarray  # (N,) bool: and what it proposes is the token the target emits
+    # A lookup drafter, for a round starting at each position: how many tokens it proposes,
+    # and how many of them are the tokens the target emits (``lookup.runs_from_each_position``)
+    proposed: np.ndarray  # (N,) int
+    matching: np.ndarray  # (N,) int
+    top_prob_sampled: np.ndarray  # (N,) target's tempered probability of its own top token
+
+    def accepts_copy(self, position: int, temperature: float) -> bool:
+        """A copied token that is the target's top token: always accepted at temperature 0;
+        above it, with the target's probability of it (a lookup's draft is one token, certain)."""
+        return temperature <= 1e-5 or bool(self.uniforms[position] < self.top_prob_sampled[position])
 
     def accepts(self, position: int, temperature: float) -> bool:
         if temperature <= 1e-5:
@@ -56,32 +64,9 @@ class PositionModel:
         return float(-(np.exp(lp) * lp).sum())
 
 
-def lookup(prompt: list[str], output: list[str], n: int = 2) -> tuple[np.ndarray, np.ndarray]:
-    """What a prompt-lookup drafter does at each output position, as vLLM's ngram proposer:
-    it proposes when the ``n`` tokens before the position occurred earlier (in the prompt or
-    the output so far), the tokens that followed them there; the proposal is right when the
-    token that followed is the one the target emits. (vLLM matches the longest suffix from
-    ``prompt_lookup_max`` down to ``prompt_lookup_min``; one length, ``n``, is kept here.)"""
-    seen: dict[tuple[str, ...], set[str]] = {}
-    context = list(prompt)
-    for i in range(len(context) - n):
-        seen.setdefault(tuple(context[i:i + n]), set()).add(context[i + n])
-    proposes = np.zeros(len(output), dtype=bool)
-    right = np.zeros(len(output), dtype=bool)
-    for i, token in enumerate(output):
-        key = tuple(context[-n:]) if len(context) >= n else None
-        if key is not None and key in seen:
-            proposes[i] = True
-            right[i] = token in seen[key]
-        if key is not None:
-            seen.setdefault(key, set()).add(token)
-        context.append(token)
-    return proposes, right
-
-
 def position_model(
     kinds: list[str], profile: EngineProfile, temperature: float, rng: np.random.Generator, misalignment: float,
-    lookups: tuple[np.ndarray, np.ndarray] | None = None,
+    lookups: tuple[list[int], list[int]] | None = None,
 ) -> PositionModel:
     """Draw the target and draft distributions for a sequence of output token kinds."""
     n, k = len(kinds), profile.candidates
@@ -110,7 +95,10 @@ def position_model(
         tempered = logprobs / temperature
         tempered = tempered - np.log(np.exp(tempered).sum(axis=1, keepdims=True))
         sampled = np.exp(tempered[np.arange(n), draft_top])
+        top = np.exp(tempered[:, 0])
     else:
         sampled = greedy.astype(float)
-    proposes, right = lookups if lookups is not None else (np.zeros(n, dtype=bool), np.zeros(n, dtype=bool))
-    return PositionModel(logprobs, greedy, sampled, rng.random(n), proposes, right)
+        top = np.ones(n)
+    proposed, matching = (np.asarray(lookups[0], dtype=int), np.asarray(lookups[1], dtype=int)) if lookups else (
+        np.zeros(n, dtype=int), np.zeros(n, dtype=int))
+    return PositionModel(logprobs, greedy, sampled, rng.random(n), proposed, matching, top)

@@ -156,12 +156,13 @@ def generate(body: dict[str, Any], profile: EngineProfile, rng: random.Random, e
     length = _length(rng, mean, profile)
     if body.get("ignore_eos") is True and isinstance(body.get("max_tokens"), int):
         length = body["max_tokens"]  # as vLLM's serving benchmark replays a dataset's answer lengths
+    said = _conversation_words(messages, body.get("prompt"))
     if _asks_for_code(messages, body.get("prompt")):
         intro = max(4, length // 5)
-        out.add(_sentences(rng, intro, context_words), "f", "content", kind="prose")
+        out.add(_sentences(rng, intro, context_words, said, profile), "f", "content", kind="prose")
         out.add(_code(rng, length - intro), "f", "content", kind="code")
     else:
-        out.add(_sentences(rng, length, context_words), "f", "content")
+        out.add(_sentences(rng, length, context_words, said, profile), "f", "content")
     return out
 
 
@@ -377,17 +378,38 @@ def _length(rng: random.Random, mean: float, profile: EngineProfile) -> int:
     return max(4, int(rng.lognormvariate(0, spread) * mean / (2.718281828 ** (spread * spread / 2))))
 
 
-def _sentences(rng: random.Random, tokens: int, context: list[str]) -> str:
-    """Prose of about ``tokens`` tokens (words are ~1.3 tokens here)."""
-    words = []
+def _conversation_words(messages: list[Any], prompt: Any) -> list[str]:
+    """The words of every message (or of the prompt), in order: what an answer may repeat."""
+    texts = [prompt] if isinstance(prompt, str) else []
+    texts += [m["content"] for m in messages if isinstance(m, dict) and isinstance(m.get("content"), str)]
+    return re.findall(r"\S+", " ".join(texts))[-4000:]
+
+
+def _sentences(rng: random.Random, tokens: int, context: list[str], said: list[str] | None = None,
+               profile: EngineProfile | None = None) -> str:
+    """Prose of about ``tokens`` tokens (words are ~1.3 tokens here); given the conversation so far
+    (``said``), some sentences repeat a run of it, or of the answer itself, verbatim (``Repeats``)."""
+    words: list[str] = []
+    out = []
     count = 0
+    repeats = profile.repeats if profile is not None and said is not None else None
+    chance = 0.0 if repeats is None else repeats.sentence + repeats.with_context * min(1.0, len(said or ()) / 400)
     while count < tokens:
-        n = rng.randint(6, 16)
-        sentence = [rng.choice(_WORDS) if rng.random() > 0.15 or not context else rng.choice(context) for _ in range(n)]
-        sentence[0] = sentence[0].capitalize()
-        words.append(" " + " ".join(sentence) + ".")
-        count += int(n * 1.3) + 1
-    return "".join(words)
+        source = (said or []) + words
+        if repeats is not None and len(source) > repeats.run_words[1] and rng.random() < chance:
+            n = rng.randint(*repeats.run_words)
+            start = rng.randrange(len(source) - n)
+            sentence = source[start:start + n]
+        else:
+            n = rng.randint(6, 16)
+            sentence = [rng.choice(_WORDS) if rng.random() > 0.15 or not context else rng.choice(context)
+                        for _ in range(n)]
+            sentence[0] = sentence[0].capitalize()
+            sentence[-1] += "."
+        words += sentence
+        out.append(" " + " ".join(sentence))
+        count += int(len(sentence) * 1.3) + 1
+    return "".join(out)
 
 
 _CODE_REQUEST = re.compile(r"```|\b(code|function|script|python|javascript|sql|implement|bug|class|regex)\b",

@@ -17,13 +17,20 @@ from typing import Any
 from draftgate.evaluate.replay import Measured
 
 GATE = "gate"
+GATE_METHODS = "gate, ngram + draft"  # the gate in front of an ngram pool and a draft-model pool
 ORACLE = "oracle"
 OFF = "always off"
 DYNAMIC = "dynamic K"
+GATES = (GATE, GATE_METHODS)
+GATED_DEPTH = 8  # the draft-model pool both gates use
 
 
 def always_on(depth: int) -> str:
     return f"always on K={depth}"
+
+
+def always_ngram(depth: int) -> str:
+    return f"always ngram K={depth}"
 
 
 @dataclass
@@ -108,6 +115,11 @@ def summary(results: Results, emulated: bool) -> dict[str, Any]:
             }
             if name == GATE:
                 entry["to_speculation"] = round(sum(m.route.startswith("spec-on") for m in every) / max(1, len(every)), 3)
+            if name in GATES:
+                entry["routes_by_kind"] = _routes_by_kind(every)
+            by_kind = _cost_by_kind(every)
+            if by_kind:
+                entry["cost_by_kind"] = by_kind
             strategies[name] = entry
         oracles = [o for seed in _seeds(by_strategy) if (o := results.oracle(level, seed)) is not None]
         if oracles:
@@ -117,6 +129,28 @@ def summary(results: Results, emulated: bool) -> dict[str, Any]:
     return {"cost_unit": "busy GPU-milliseconds per output token" + (" (emulated H200)" if emulated else ""),
             "latency_unit": "milliseconds" + (" (simulated)" if emulated else ""),
             "seeds": len(_seeds(next(iter(results.runs.values()), {}))), "levels": levels}
+
+
+def _routes_by_kind(measured: list[Measured]) -> dict[str, dict[str, float]]:
+    """Per kind of request, the share the gate sent to each pool."""
+    counts: dict[str, dict[str, int]] = {}
+    for m in measured:
+        counts.setdefault(m.kind, {}).setdefault(m.route, 0)
+        counts[m.kind][m.route] += 1
+    return {kind: {route: round(n / sum(by_route.values()), 3) for route, n in sorted(by_route.items())}
+            for kind, by_route in sorted(counts.items())}
+
+
+def _cost_by_kind(measured: list[Measured]) -> dict[str, float]:
+    """Per kind of request, busy GPU-milliseconds per output token over every seed (ground truth only)."""
+    if any(m.gpu_seconds is None for m in measured):
+        return {}
+    seconds: dict[str, float] = {}
+    tokens: dict[str, int] = {}
+    for m in measured:
+        seconds[m.kind] = seconds.get(m.kind, 0.0) + (m.gpu_seconds or 0.0)
+        tokens[m.kind] = tokens.get(m.kind, 0) + m.tokens
+    return {kind: round(seconds[kind] / max(1, tokens[kind]) * 1000, 3) for kind in sorted(seconds)}
 
 
 def _seeds(by_strategy: dict[str, dict[int, Run]]) -> list[int]:
@@ -156,6 +190,26 @@ def latency_table(summary_: dict[str, Any]) -> str:
     return "time per output token p50/p99, time to first token p99 (ms):\n" + "\n".join(lines)
 
 
+def drafters_table(summary_: dict[str, Any], ngram: str, draft: str) -> str:
+    """Where each drafter pays: per level and kind of request, the cost on the ngram pool alone, on
+    the draft-model pool alone, with no speculation, and through the gate in front of the first two,
+    with the share of the kind the gate sent to the ngram pool."""
+    lines = [f"where each drafter pays ({ngram} / {draft} / {OFF} / {GATE_METHODS}, GPU-ms per token; "
+             "share the gate sent to ngram):"]
+    for level, entry in summary_["levels"].items():
+        strategies = entry["strategies"]
+        gated = strategies.get(GATE_METHODS, {})
+        if "cost_by_kind" not in gated:
+            continue
+        lines.append(f"  {level}:")
+        for kind, cost in gated["cost_by_kind"].items():
+            alone = [strategies.get(name, {}).get("cost_by_kind", {}).get(kind) for name in (ngram, draft, OFF)]
+            share = gated["routes_by_kind"].get(kind, {}).get("ngram", 0.0)
+            lines.append(f"    {kind:<14} " + " / ".join("-" if c is None else f"{c:.2f}" for c in alone)
+                         + f" / {cost:.2f}   to ngram {share:.0%}")
+    return "\n".join(lines) if len(lines) > 1 else ""
+
+
 def findings(summary_: dict[str, Any]) -> list[str]:
     """Plain sentences: at each level, where the gate stands against the cheapest alternative."""
     out = []
@@ -165,7 +219,7 @@ def findings(summary_: dict[str, Any]) -> list[str]:
         if not gate.get("measured"):
             continue
         others = {n: s["cost_per_token"]["mean"] for n, s in strategies.items()
-                  if n not in (GATE, ORACLE) and s.get("measured")}
+                  if n not in (*GATES, ORACLE) and s.get("measured")}
         if not others:
             continue
         best = min(others, key=lambda n: others[n])
@@ -181,6 +235,15 @@ def findings(summary_: dict[str, Any]) -> list[str]:
         oracle = strategies.get(ORACLE)
         if oracle:
             out[-1] += f" The oracle: {oracle['cost_per_token']['mean']:.2f}."
+        methods = strategies.get(GATE_METHODS, {})
+        alone = {n: s["cost_per_token"]["mean"] for n, s in strategies.items()
+                 if n.startswith(("always ngram", f"always on K={GATED_DEPTH}")) and s.get("measured")}
+        if methods.get("measured") and alone:
+            cheaper = min(alone, key=lambda n: alone[n])
+            m = methods["cost_per_token"]["mean"]
+            out.append(f"  {where}, in front of an ngram pool and a draft-model pool, the gate costs {m:.2f}: "
+                       f"{m / alone[cheaper] - 1:+.1%} against the cheaper of the two alone ({cheaper}, "
+                       f"{alone[cheaper]:.2f}).")
     return out
 
 
@@ -202,7 +265,7 @@ def figure(summary_: dict[str, Any], path: Path) -> Path | None:
             continue
         xs = [c for c, _ in points]
         ax.plot(xs, [p["mean"] for _, p in points], marker="o", label=name,
-                linewidth=2.5 if name == GATE else 1.2, linestyle="--" if name == ORACLE else "-")
+                linewidth=2.5 if name in GATES else 1.2, linestyle="--" if name == ORACLE else "-")
         ax.fill_between(xs, [p["min"] for _, p in points], [p["max"] for _, p in points], alpha=0.12)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")

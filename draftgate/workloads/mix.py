@@ -10,7 +10,10 @@ Four kinds of work, each from committed samples of public sets:
 - ``agent session``: BFCL v4 multi-turn entries replayed turn by turn, each
   request the whole conversation so far (tool results included), so a pool's
   prefix cache matters as it does for real agents; thinking off, as above;
-- ``reasoning``: ShareGPT first turns with thinking on.
+- ``reasoning``: ShareGPT first turns with thinking on;
+- ``conversation``: ShareGPT conversations replayed turn by turn, each request the
+  conversation so far with its real earlier answers, asking for the length the
+  next real answer had (multi-turn prose: what a copy-based drafter copies from).
 
 Every request carries a ``seed``, so its answer is the same on every pool even
 when it samples (speculation is lossless): the per-request oracle compares like
@@ -26,13 +29,14 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from draftgate.workloads import BFCL_SAMPLE, SHAREGPT_SAMPLE
+from draftgate.emulator.tokens import tokenize
+from draftgate.workloads import BFCL_SAMPLE, SHAREGPT_SAMPLE, SHAREGPT_TURNS
 
 MODEL = "Qwen/Qwen3-32B"
 Split = Literal["calibration", "verdict"]
-KINDS = ("tool call", "chat", "agent session", "reasoning")
+KINDS = ("tool call", "chat", "agent session", "reasoning", "conversation")
 # the mix a verdict replays: agent traffic is mostly tool calls and sessions
-WEIGHTS = {"tool call": 4, "agent session": 2, "chat": 3, "reasoning": 1}
+WEIGHTS = {"tool call": 4, "agent session": 2, "chat": 2, "reasoning": 1, "conversation": 1}
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,17 @@ def items(split: Split) -> dict[str, list[Item]]:
             body = {"model": MODEL, "messages": messages, "max_tokens": row["answer_tokens"], "ignore_eos": True,
                     "seed": n, "chat_template_kwargs": {"enable_thinking": False}}
             out["chat"].append(Item(row["id"], "chat", (body,)))
+    for n, row in enumerate(_rows(SHAREGPT_TURNS)):
+        if split_of(row["id"]) == split:
+            out["conversation"].append(Item(row["id"], "conversation", tuple(_conversation(row["messages"], n))))
     return out
+
+
+def _conversation(messages: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
+    """Each assistant turn asked for with the conversation before it, at its real answer's length."""
+    return [{"model": MODEL, "messages": messages[:i], "max_tokens": max(1, len(tokenize(m["content"]))),
+             "ignore_eos": True, "seed": seed, "chat_template_kwargs": {"enable_thinking": False}}
+            for i, m in enumerate(messages) if m["role"] == "assistant" and i > 0]
 
 
 def _turns(request: dict[str, Any]) -> list[dict[str, Any]]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from draftgate.policy.copying import CopySources
+
 _MAX_OUTPUTS = 4096  # counted per prompt: n comes from clients, and the arithmetic must stay finite
 
 
@@ -52,6 +54,8 @@ class StructureEstimate:
     # 0 for the priors alone, towards 1 as observations outweigh them.
     confidence: float = 0.0
     observations: int = 0
+    # what the answer could copy from: what a lookup drafter (ngram, suffix) is priced by
+    copyable: CopySources = CopySources()
 
     @property
     def uncertain(self) -> bool:
@@ -93,6 +97,8 @@ class StructureEstimate:
             "if_answer": self.if_answer.as_dict(),
             "confidence": self.confidence,
             "observations": self.observations,
+            "copyable": {"text_chars": self.copyable.text_chars, "code": self.copyable.code,
+                     "earlier_calls": self.copyable.earlier_calls},
         }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from draftgate.policy.copying import CopySources
 from draftgate.policy.structure.constraints import (
     legacy_guided_fields,
     named_function,
@@ -57,6 +58,7 @@ class _Conversation:
     agent_called: bool = False  # an assistant turn among the last _RECENT_TURNS called tools
     question: str | None = None  # the last user message's text
     chars: int = 0  # the prompt's characters, as the template would lay them out
+    copyable: CopySources = CopySources()  # what an answer could copy from
 
 
 _RECENT_TURNS = 64
@@ -161,7 +163,7 @@ def estimate(
         reasons=tuple(draft.reasons), temperature=temperature, temperature_from_default=from_default, n=n,
         speculation_blockers=tuple(blockers), p_tool_call=draft.p_call, prompt_tokens=prompt_tokens,
         constrained=draft.constrained, thinking=draft.thinking, prompts=prompts,
-        reasoning_hidden=draft.reasoning_hidden, if_call=if_call, if_answer=if_answer,
+        reasoning_hidden=draft.reasoning_hidden, if_call=if_call, if_answer=if_answer, copyable=conversation.copyable,
     )
 
 
@@ -407,7 +409,8 @@ def _read_conversation(messages: Any) -> _Conversation:
     """The messages read once, for everything the estimate asks of them."""
     if not isinstance(messages, list) or not messages:
         return _Conversation()
-    chars = 0
+    chars = text_chars = earlier_calls = 0
+    code = False
     agent_called = False
     question = None
     recent = len(messages) - _RECENT_TURNS
@@ -417,12 +420,18 @@ def _read_conversation(messages: Any) -> _Conversation:
         role = m.get("role")
         content = m.get("content")
         if isinstance(content, str):
-            chars += len(content)
+            text_chars += len(content)
+            code = code or "```" in content
         elif isinstance(content, list):
-            chars += sum(len(str(part.get("text", ""))) for part in content if isinstance(part, dict))
+            for part in content:
+                if isinstance(part, dict):
+                    text = str(part.get("text", ""))
+                    text_chars += len(text)
+                    code = code or "```" in text
         calls = m.get("tool_calls")
         if isinstance(calls, list):
             chars += _CALL_CHARS * len(calls)
+            earlier_calls += len(calls)
         chars += _MESSAGE_CHARS
         if role == "user":
             question = content
@@ -430,7 +439,8 @@ def _read_conversation(messages: Any) -> _Conversation:
             agent_called = True
     last = messages[-1]
     after_tool = isinstance(last, dict) and last.get("role") in ("tool", "function")
-    return _Conversation(after_tool, agent_called, question if isinstance(question, str) and question else None, chars)
+    return _Conversation(after_tool, agent_called, question if isinstance(question, str) and question else None,
+                         chars + text_chars, CopySources(text_chars, code, earlier_calls))
 
 
 def _prompt_tokens(body: dict[str, Any], endpoint: Endpoint, priors: StructurePriors, message_chars: int) -> float:

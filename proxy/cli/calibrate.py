@@ -23,6 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a speculation pool; repeat for several depths (matched to --gammas in order)")
     parser.add_argument("--spec-off", required=True, metavar="URL", help="the plain pool")
     parser.add_argument("--gammas", type=_ints, default=[8], help="depth of each --spec-on pool (default 8)")
+    parser.add_argument("--methods", default=None,
+                        help="method of each --spec-on pool, comma-separated, in order (draft_model, eagle, eagle3, "
+                             "mtp, ngram, suffix; default draft_model): each pool gets its own fit")
     parser.add_argument("--model", default="Qwen/Qwen3-32B")
     parser.add_argument("--concurrency", type=_ints, default=[1, 4, 16, 64],
                         help="loads to measure c_T and delta at, up to the pools' max_num_seqs (the gate "
@@ -48,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
 
     from draftgate.calibrate import protocol
     from draftgate.calibrate.runner import BackendError, check_backend
+    from draftgate.policy.calibration import METHOD_DEFAULTS
     from draftgate.proxy.calibration_file import save_calibration
 
     if len(args.gammas) != len(args.spec_on):
@@ -70,8 +74,15 @@ def run(args: argparse.Namespace) -> int:
         workloads = {a: protocol.load_arm(a, sources.get(a)) for a in arms}
     except (OSError, ValueError) as exc:
         raise CliError(f"cannot read a workload: {exc}") from None
-    spec = [protocol.Pool(f"spec-{g}" if len(args.spec_on) > 1 else "spec-on", url.rstrip("/"), g)
-            for url, g in zip(args.spec_on, args.gammas)]
+    methods = [m.strip() for m in args.methods.split(",")] if args.methods else ["draft_model"] * len(args.spec_on)
+    if len(methods) != len(args.spec_on):
+        raise CliError(f"{len(args.spec_on)} --spec-on pool(s) but {len(methods)} method(s) in --methods")
+    unknown = [m for m in methods if m not in METHOD_DEFAULTS]
+    if unknown:
+        raise CliError(f"--methods: unknown {', '.join(unknown)} (known: {', '.join(METHOD_DEFAULTS)})")
+    names = [f"spec-{m}-{g}" if len(set(methods)) > 1 else f"spec-{g}" for m, g in zip(methods, args.gammas)]
+    spec = [protocol.Pool(name if len(args.spec_on) > 1 else "spec-on", url.rstrip("/"), g, m)
+            for name, url, g, m in zip(names, args.spec_on, args.gammas, methods)]
     off = protocol.Pool("spec-off", args.spec_off.rstrip("/"), 0)
     dynamic = protocol.Pool("dynamic-k", args.dynamic_k.rstrip("/"), max(args.gammas)) if args.dynamic_k else None
 
@@ -98,6 +109,10 @@ def run(args: argparse.Namespace) -> int:
     save_calibration(fitted.calibration, args.out)
     print(f"calibration written to {args.out} (kappa {fitted.calibration.kappa:.3f}; "
           + ", ".join(f"c_T({b})={v * 1000:.2f} ms" for b, v in sorted(fitted.c_t.items())) + ")")
+    for name, pool_fit in fitted.pools.items():
+        print(f"  {name} ({pool_fit.method}, gamma {pool_fit.gamma}): d={pool_fit.draft_cost:.3f}, delta "
+              + (", ".join(f"{v:.3f} at {b:.0f}" for b, v in pool_fit.delta) or "not measured")
+              + ("" if pool_fit.kappa is None else f", kappa {pool_fit.kappa:.3f}"))
     if args.report:
         from draftgate.calibrate.report import write_report
 

@@ -21,6 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a real speculation pool (depth K, 8 if not given); repeat for more depths")
     parser.add_argument("--spec-off", help="the real plain pool")
     parser.add_argument("--dynamic-k", help="a real pool running num_speculative_tokens_per_batch_size")
+    parser.add_argument("--ngram", metavar="URL", help="a real pool drafting with ngram, num_speculative_tokens 4, "
+                                                       "prompt_lookup_min 2 and prompt_lookup_max 4")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     options = Options(seeds=args.seeds, concurrency=levels, burst=args.burst, scale=args.scale,
                       time_scale=args.time_scale, out=Path(args.out), spec_on=spec_on,
                       spec_off=args.spec_off.rstrip("/") if args.spec_off else None,
-                      dynamic_k=args.dynamic_k.rstrip("/") if args.dynamic_k else None, as_json=args.json)
+                      dynamic_k=args.dynamic_k.rstrip("/") if args.dynamic_k else None,
+                      ngram=args.ngram.rstrip("/") if args.ngram else None, as_json=args.json)
     try:
         return main(options)
     except (ServerStartError, ReplayError) as exc:

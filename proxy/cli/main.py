@@ -24,6 +24,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "pools": ("draftgate.proxy.cli.pools", "print (or --run) the two vllm serve command lines"),
     "demo": ("draftgate.proxy.cli.demo", "emulated pools, calibration, a replay: what draftgate is worth"),
     "evaluate": ("draftgate.proxy.cli.evaluate", "the gate against always-on, always-off, dynamic K and the oracle"),
+    "measure-ngram": ("draftgate.proxy.cli.measure_ngram",
+                      "tau of ngram or suffix drafting, replayed exactly on real answers, beside the gate's prediction"),
     "plan": ("draftgate.proxy.cli.plan", "how to split N GPUs between the pools, from the traffic in a request log"),
 }
 

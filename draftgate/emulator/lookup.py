@@ -1,0 +1,205 @@
+"""Copy-based drafters as vLLM runs them: what they propose, and what of it is accepted.
+
+A lookup drafter proposes only what already appeared. vLLM's ``ngram`` proposer
+(``vllm/v1/spec_decode/ngram_proposer.py``) takes the longest suffix of the
+context, between ``prompt_lookup_min`` and ``prompt_lookup_max`` tokens, that
+occurred earlier in the prompt or the output so far, and proposes the ``k``
+tokens that followed its earliest occurrence. ``suffix`` decoding also looks in
+the answers the server gave before, and proposes fewer tokens after a short match.
+
+At temperature 0 a drafted token is accepted if and only if it is the token the
+target emits next, so given the token sequences every round's accepted length
+follows from them alone (``replay``). The emulator and ``draftgate measure-ngram``
+both use this module; the gate never does: it predicts copying from a request's
+structure (``draftgate.policy.copying``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+# vLLM's defaults when a speculative config names neither bound
+DEFAULT_LOOKUP_MIN = 5
+DEFAULT_LOOKUP_MAX = 5
+# suffix decoding's defaults (vLLM SpeculativeConfig): the tree depth bounds match plus
+# speculation; speculation is at most the factor times the match
+SUFFIX_TREE_DEPTH = 24
+SUFFIX_SPEC_FACTOR = 1.0
+# The emulator's suffix drafter keeps this many earlier answers and matches suffixes up to
+# this long: a bounded stand-in for vLLM's global suffix tree (10,000 requests).
+SUFFIX_CACHED_ANSWERS = 256
+SUFFIX_LONGEST_MATCH = 8
+
+
+class Proposer(Protocol):
+    """Proposes draft tokens from the context; told each token the sequence gains."""
+
+    def propose(self, k: int) -> Sequence[Hashable]: ...
+
+    def extend(self, tokens: Sequence[Hashable]) -> None: ...
+
+
+class NgramProposer:
+    """vLLM's prompt-lookup proposer over one sequence's context, indexed as it grows.
+
+    For each length ``n`` in ``[lookup_min, lookup_max]`` the index holds where each
+    n-gram first occurred; the longest suffix with an earlier occurrence wins, and at
+    that length the earliest occurrence, as vLLM's KMP search chooses.
+    """
+
+    def __init__(self, prompt: Sequence[Hashable], lookup_min: int = DEFAULT_LOOKUP_MIN,
+                 lookup_max: int = DEFAULT_LOOKUP_MAX) -> None:
+        if not 1 <= lookup_min <= lookup_max:
+            raise ValueError(f"need 1 <= lookup_min <= lookup_max, got {lookup_min}, {lookup_max}")
+        self.lookup_min, self.lookup_max = lookup_min, lookup_max
+        self.context: list[Hashable] = []
+        self._first: dict[int, dict[tuple[Hashable, ...], int]] = {n: {} for n in range(lookup_min, lookup_max + 1)}
+        self.extend(prompt)
+
+    def extend(self, tokens: Sequence[Hashable]) -> None:
+        context = self.context
+        for token in tokens:
+            context.append(token)
+            end = len(context)
+            for n, first in self._first.items():
+                if end >= n:
+                    first.setdefault(tuple(context[end - n:end]), end - n)
+
+    def propose(self, k: int) -> Sequence[Hashable]:
+        context = self.context
+        end = len(context)
+        for n in range(self.lookup_max, self.lookup_min - 1, -1):
+            if end < n:
+                continue
+            start = self._first[n].get(tuple(context[end - n:end]))
+            if start is not None and start < end - n:  # an occurrence before the suffix itself
+                return context[start + n:start + n + k]
+        return ()
+
+
+@dataclass
+class AnswerCache:
+    """The answers a suffix-decoding server gave before, shared by its requests."""
+
+    size: int = SUFFIX_CACHED_ANSWERS
+    longest: int = SUFFIX_LONGEST_MATCH
+    _answers: deque[tuple[Hashable, ...]] = field(default_factory=deque)
+    _latest: dict[tuple[Hashable, ...], tuple[int, int]] = field(default_factory=dict)
+    _serial: int = 0
+
+    def add(self, answer: Sequence[Hashable]) -> None:
+        tokens = tuple(answer)
+        if not tokens or self.size <= 0:
+            return
+        self._answers.append(tokens)
+        self._serial += 1
+        if len(self._answers) > self.size:
+            self._answers.popleft()
+        serial = self._serial
+        for end in range(1, len(tokens)):
+            for n in range(1, min(self.longest, end) + 1):
+                self._latest[tokens[end - n:end]] = (serial, end)
+        if len(self._latest) > 64 * self.size * self.longest:  # drop what pointed into evicted answers
+            oldest = serial - len(self._answers) + 1
+            self._latest = {key: at for key, at in self._latest.items() if at[0] >= oldest}
+
+    def continuation(self, suffix: tuple[Hashable, ...], k: int) -> tuple[Hashable, ...]:
+        found = self._latest.get(suffix)
+        if found is None:
+            return ()
+        serial, end = found
+        index = len(self._answers) - 1 - (self._serial - serial)
+        if index < 0:
+            return ()
+        return self._answers[index][end:end + k]
+
+
+class SuffixProposer:
+    """Suffix decoding, bounded: the longest suffix (up to ``SUFFIX_LONGEST_MATCH`` tokens) found
+    in this request's context or in earlier answers, continued from its latest occurrence;
+    speculation at most ``SUFFIX_SPEC_FACTOR`` times the match and within the tree depth."""
+
+    def __init__(self, prompt: Sequence[Hashable], cache: AnswerCache | None = None) -> None:
+        self.cache = cache
+        self.context: list[Hashable] = []
+        self._latest: dict[tuple[Hashable, ...], int] = {}
+        self.extend(prompt)
+
+    def extend(self, tokens: Sequence[Hashable]) -> None:
+        context = self.context
+        for token in tokens:
+            # index the n-grams ending just before this token, so the newest suffix never matches itself
+            end = len(context)
+            for n in range(1, min(SUFFIX_LONGEST_MATCH, end) + 1):
+                self._latest[tuple(context[end - n:end])] = end
+            context.append(token)
+
+    def propose(self, k: int) -> Sequence[Hashable]:
+        context = self.context
+        for n in range(min(SUFFIX_LONGEST_MATCH, len(context)), 0, -1):
+            suffix = tuple(context[-n:])
+            limit = min(k, int(SUFFIX_SPEC_FACTOR * n), SUFFIX_TREE_DEPTH - n)
+            if limit <= 0:
+                continue
+            end = self._latest.get(suffix)
+            if end is not None:
+                return context[end:end + limit]
+            if self.cache is not None and (found := self.cache.continuation(suffix, limit)):
+                return found
+        return ()
+
+
+@dataclass(frozen=True)
+class Replay:
+    """One answer decoded with a lookup drafter: the accepted length of every round, and
+    which output positions were accepted draft tokens."""
+
+    rounds: tuple[int, ...]
+    accepted: tuple[bool, ...]
+    drafted: int = 0  # draft tokens proposed over all rounds: what verification pays for
+
+    @property
+    def tau(self) -> float:
+        """Accepted tokens per decoding round, rounds without a proposal counted: the
+        figure that sets how many steps an answer takes (``tokens / (tau + 1)``)."""
+        return sum(self.rounds) / len(self.rounds) if self.rounds else 0.0
+
+
+def replay(proposer: Proposer, output: Sequence[Hashable], k: int) -> Replay:
+    """Decode ``output`` round by round at temperature 0: each round the proposer drafts up to
+    ``k`` tokens, the longest prefix equal to the output is accepted, and the target adds one."""
+    rounds: list[int] = []
+    accepted = [False] * len(output)
+    drafted = 0
+    i = 0
+    while i < len(output):
+        draft = proposer.propose(k) if k > 0 else ()
+        drafted += len(draft)
+        run = 0
+        while run < len(draft) and i + run < len(output) and draft[run] == output[i + run]:
+            accepted[i + run] = True
+            run += 1
+        step = min(run + 1, len(output) - i)
+        proposer.extend(output[i:i + step])
+        rounds.append(run)
+        i += step
+    return Replay(tuple(rounds), tuple(accepted), drafted)
+
+
+def runs_from_each_position(proposer: Proposer, output: Sequence[Hashable], k: int) -> tuple[list[int], list[int]]:
+    """For every position a round could start at: how many tokens the drafter proposes there,
+    and how many of them match the output. A round's draft depends only on the context, which
+    is the same whatever rounds came before, so the engine can decode with any depth up to ``k``."""
+    proposed, matching = [], []
+    for i in range(len(output)):
+        draft = proposer.propose(k)
+        run = 0
+        while run < len(draft) and i + run < len(output) and draft[run] == output[i + run]:
+            run += 1
+        proposed.append(len(draft))
+        matching.append(run)
+        proposer.extend(output[i:i + 1])
+    return proposed, matching

@@ -1,0 +1,1 @@
+"""Exact measurements the gate's predictions are checked against (``draftgate measure-ngram``)."""
