@@ -23,7 +23,7 @@ test: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/draftgate demo
 
-# The gate against every alternative over five seeds of emulated H200s (about ten minutes).
+# The gates against every alternative over five seeds of emulated H200s (about a quarter of an hour).
 evaluate: $(STAMP)
 	$(BIN)/draftgate evaluate
 

@@ -3,7 +3,7 @@
     python -m bench.routing_regret [--seeds 2] [--per-kind 24]
 
 For each held-out request of every workload (BFCL tool calls by category, ShareGPT
-chat, BFCL agent sessions turn by turn, reasoning) the proxy's explain says where
+chat and conversations turn by turn, BFCL agent sessions turn by turn, reasoning) the proxy's explain says where
 the gate would send it, with the default calibration and with one calibrated on
 the calibration split; the request then runs on the speculation pool and on the
 plain pool, one at a time, and the emulator's ground truth says what it cost on

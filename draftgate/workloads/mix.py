@@ -1,6 +1,6 @@
 """The evaluation's traffic, from data nobody here wrote, split once into calibration and verdict.
 
-Four kinds of work, each from committed samples of public sets:
+Five kinds of work, each from committed samples of public sets:
 
 - ``tool call``: BFCL v4 single-turn entries (simple, multiple, parallel,
   parallel-multiple, irrelevance) as BFCL sends them, ``tool_choice`` auto,
