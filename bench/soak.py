@@ -182,8 +182,9 @@ class Replica:
 
 async def inject(replicas: list[Replica], period: float, seconds: float, rng: random.Random,
                  current: list[str], reload_without: Callable[[Replica | None], None]) -> None:
-    """Cycle through FAULTS, one replica at a time, until ``seconds`` have passed.
-    ``reload_without(replica)`` makes the proxy reload its configuration without it."""
+    """Cycle through FAULTS, one replica at a time, until ``seconds`` of faults have passed: the
+    time a killed replica takes to start again is not counted, so a busy machine runs the same
+    faults as an idle one. ``reload_without(replica)`` makes the proxy reload its configuration without it."""
     if not replicas:
         return
     deadline = time.monotonic() + seconds
@@ -202,7 +203,9 @@ async def inject(replicas: list[Replica], period: float, seconds: float, rng: ra
             await asyncio.sleep(min(period, max(0.0, deadline - time.monotonic())))
             if fault == KILL or (isinstance(fault, dict) and fault.get("refuse_connections")):
                 replica.kill()  # only a restart lifts a refusal
+                restarting = time.monotonic()
                 await asyncio.to_thread(replica.start)
+                deadline += time.monotonic() - restarting
             elif fault == RELOAD:
                 reload_without(None)
             else:
@@ -231,7 +234,8 @@ async def drive(proxy_url: str, rate: float, seconds: float, period: float, repl
                 outcomes.cut_because[detail] += 1
 
         start = time.monotonic()
-        while time.monotonic() - start < seconds:
+        # traffic runs as long as the faults do (restarts lengthen them), and at least ``seconds``
+        while time.monotonic() - start < seconds or not injector.done():
             path, body = request_mix(rng, outcomes.sent)
             task = asyncio.create_task(one(path, body))
             pending.add(task)

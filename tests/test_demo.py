@@ -63,7 +63,8 @@ def test_the_demo_prints_the_evaluations_verdict_and_leaves_nothing_running(tmp_
 def test_evaluate_json_over_two_seeds(tmp_path: Path) -> None:
     """``draftgate evaluate --json``: one object on standard output, the spread over seeds."""
     done = subprocess.run([sys.executable, "-m", "draftgate.proxy.cli.main", "evaluate", "--seeds", "2",
-                           "--concurrency", "1,4", "--burst", "6", "--scale", "0.3", "--json", "--out", str(tmp_path)],
+                           "--concurrency", "1,4", "--burst", "6", "--scale", "0.3", "--time-scale", "0.02", "--json",
+                           "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads(done.stdout)

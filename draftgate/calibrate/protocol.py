@@ -228,14 +228,12 @@ def fit(plan: Plan, state: dict[str, dict[str, Any]], default_temperature: float
     entropy = fitting.class_entropy([(r.w, r.entropy) for r in entropy_records])
     missing = statistics.mean(r.missing_mass for r in entropy_records) if entropy_records else None
     rho = {c: (math.exp(-h) if h is not None else None) for c, h in entropy.items()}
+
     def kappa_pairs(pools: list[Pool]) -> list[tuple[float, float]]:
         return [(1.0 - rho[c], 1.0 - fitting.invert_tau(tau[p.name][c], p.gamma))
                 for p in pools for c in "srf" if rho[c] is not None and tau[p.name][c] is not None]
 
-    # the calibration's kappa is the draft models' (the law's reference drafter); heads get their
-    # own; a lookup's tau says nothing of alignment
-    models = [p for p in plan.spec if not p.copies]
-    pairs = kappa_pairs([p for p in models if p.method == "draft_model"] or models)
+    pairs = kappa_pairs(_law_reference(plan))
     kappa = fitting.kappa_through_origin(pairs) or 0.9
     pool_fits = {p.name: _pool_fit(p, pool_overheads[p.name], drafted[p.name], kappa_pairs([p]))
                  for p in plan.spec}
@@ -246,6 +244,14 @@ def fit(plan: Plan, state: dict[str, dict[str, Any]], default_temperature: float
     residuals = {f"kappa fit, {p:.2f}": round(e - kappa * p, 4) for p, e in pairs}
     return Fit(calibration, c_t, overheads, round_time, tau, tau_sampled, entropy, missing, pairs,
                uncertainty, residuals, pool_fits)
+
+
+def _law_reference(plan: Plan) -> list[Pool]:
+    """The pools the calibration's kappa and sampled predictabilities are fitted on: the draft models
+    (the law's reference drafter), else any model drafter. Heads also get a kappa of their own; a
+    lookup's tau says nothing of alignment."""
+    models = [p for p in plan.spec if not p.copies]
+    return [p for p in models if p.method == "draft_model"] or models
 
 
 def _tau_of(pool: Pool, record: Record) -> float | None:
@@ -319,7 +325,8 @@ def _calibration(plan: Plan, state: dict[str, dict[str, Any]], c_t: dict[int, fl
                              for c in "srf"})
     sampled: dict[str, float] = {}
     for c in "srf":
-        values = [fitting.invert_tau(t[c], p.gamma) for p in plan.spec if (t := tau_sampled[p.name])[c] is not None]
+        values = [fitting.invert_tau(t[c], p.gamma) for p in _law_reference(plan)
+                  if (t := tau_sampled[p.name])[c] is not None]
         if values:
             eps = 1.0 - statistics.mean(values)
             sampled[c] = min(rho_greedy.of(c), max(1e-3, 1.0 - eps / kappa))
