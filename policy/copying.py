@@ -152,9 +152,3 @@ def fit_rates(samples: list[tuple[str, CopySources, int, int, int]]) -> CopyRate
     return CopyRates(round(s_base, 4), round(s_history, 4), round(f_base, 4), round(f_context, 4), round(f_code, 4),
                      round(drafted / accepted, 3) if accepted else 3.0)
 
-
-def describe(rates: Mapping[str, float] | CopyRates) -> str:
-    values = rates if isinstance(rates, Mapping) else {
-        "s_base": rates.s_base, "s_history": rates.s_history, "f_base": rates.f_base,
-        "f_context": rates.f_context, "f_code": rates.f_code}
-    return ", ".join(f"{name}={value:.3f}" for name, value in values.items())
