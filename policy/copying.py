@@ -82,6 +82,26 @@ DEFAULT_LOOKUP = (5, 5)  # vLLM's, when a speculative config names neither bound
 DEFAULT_RATES = RATES[DEFAULT_LOOKUP]
 
 
+def lookup_bounds(lookup_min: int | None, lookup_max: int | None) -> tuple[int, int]:
+    """ngram's ``prompt_lookup_min`` and ``_max`` as vLLM resolves them: both 5 when neither is
+    given, else the one given for both."""
+    if lookup_min is None and lookup_max is None:
+        return DEFAULT_LOOKUP
+    low = lookup_min if lookup_min is not None else lookup_max
+    high = lookup_max if lookup_max is not None else lookup_min
+    assert low is not None and high is not None
+    return low, high
+
+
+def tau_over_every_round(accepted: float, tokens: float) -> float | None:
+    """Accepted tokens per round, rounds that drafted nothing counted: each round emits one token and
+    the accepted ones. vLLM's own figures count only the rounds that drafted, which a lookup drafter
+    does only where it finds a match. None when the counts cannot be an answer's."""
+    if 0 <= accepted < tokens:
+        return accepted / (tokens - accepted)
+    return None
+
+
 def rates_for(method: str, lookup: tuple[int, int]) -> tuple[CopyRates, tuple[int, int] | str]:
     """The committed coefficients for a drafter: suffix decoding's, or for ngram those of its lookup
     setting, or of the nearest one measured (by the minimum match first: it decides how readily a

@@ -29,6 +29,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from draftgate.policy.copying import lookup_bounds
 from draftgate.policy.structure.priors import StructurePriors
 from draftgate.policy.structure.sampling import SamplingDefaults
 from draftgate.proxy.upstream import tls_context
@@ -75,11 +76,8 @@ class SpeculationConfig(BaseModel):
 
     @property
     def lookup(self) -> tuple[int, int]:
-        """ngram's bounds as vLLM resolves them: both 5 when neither is set, else the one set for both."""
-        low, high = self.prompt_lookup_min, self.prompt_lookup_max
-        if low is None and high is None:
-            return 5, 5
-        return (low if low is not None else high), (high if high is not None else low)  # type: ignore[return-value]
+        """ngram's bounds as vLLM resolves them (``copying.lookup_bounds``)."""
+        return lookup_bounds(self.prompt_lookup_min, self.prompt_lookup_max)
 
     def depth_at(self, batch: float) -> int:
         """The depth the pool drafts at with ``batch`` requests running (``gamma`` outside the table)."""

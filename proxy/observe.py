@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from draftgate.policy.copying import tau_over_every_round
 from draftgate.policy.structure import ObservedStructure, TextParts, measure_parts
 from draftgate.proxy.large_answers import (
     LARGE_ANSWER_BYTES,
@@ -128,9 +129,9 @@ class Observation:
         return None
 
     def tau_over_every_round(self, tokens: float) -> float | None:
-        """Accepted draft tokens per round, rounds that drafted nothing counted: a lookup (ngram,
-        suffix) drafts only where it finds a match, and each round emits one token and the accepted."""
+        """Accepted draft tokens per round, rounds that drafted nothing counted, as a lookup
+        (ngram, suffix) is priced (``copying.tau_over_every_round``)."""
         accepted = self.spec.get("num_accepted_draft_tokens") if self.spec else None
-        if isinstance(accepted, (int, float)) and not isinstance(accepted, bool) and 0 <= accepted < tokens:
-            return accepted / (tokens - accepted)
+        if isinstance(accepted, (int, float)) and not isinstance(accepted, bool):
+            return tau_over_every_round(accepted, tokens)
         return None

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from draftgate.calibrate.runner import Record, run_batch
-from draftgate.policy import fitting, law
+from draftgate.policy import copying, fitting, law
 from draftgate.policy.calibration import (
     LOOKUP_METHODS,
     METHOD_DEFAULTS,
@@ -259,9 +259,7 @@ def _tau_of(pool: Pool, record: Record) -> float | None:
     only where it finds a match, so its rounds are all of them: output tokens less accepted ones."""
     if not pool.copies:
         return record.tau
-    if record.spec_steps and record.completion_tokens > record.accepted:
-        return record.accepted / (record.completion_tokens - record.accepted)
-    return None
+    return copying.tau_over_every_round(record.accepted, record.completion_tokens) if record.spec_steps else None
 
 
 def _round(state: dict[str, dict[str, Any]], pool: Pool, concurrency: int) -> tuple[float, float] | None:

@@ -28,8 +28,7 @@ def run(args: argparse.Namespace) -> int:
     from draftgate.measure.tokenizer import qwen3
     from draftgate.policy import copying
 
-    low, high = args.lookup_min, args.lookup_max
-    low, high = (5, 5) if low is None and high is None else (low or high, high or low)
+    low, high = copying.lookup_bounds(args.lookup_min, args.lookup_max)
     if not 1 <= low <= high or not 1 <= args.k <= 64:
         raise CliError("need 1 <= --lookup-min <= --lookup-max and 1 <= -k <= 64")
     tokenizer = qwen3()
