@@ -19,11 +19,11 @@ install: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-# One seed of the evaluation at a small size: the verdict's short version (a few minutes).
+# One seed of the verdict on two emulated GPUs: its short version (under a minute).
 demo: $(STAMP)
 	$(BIN)/draftgate demo
 
-# The gates against every alternative over five seeds of emulated H200s (about a quarter of an hour).
+# Every strategy on fleets of 2, 4 and 8 emulated H200s, five seeds, in virtual time (about four minutes).
 evaluate: $(STAMP)
 	$(BIN)/draftgate evaluate
 
@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.bench_burst
 	$(BIN)/python -m bench.bench_gc
 	$(BIN)/python -m bench.emulator_vs_published
+	$(BIN)/python -m bench.bench_simulation
 	$(BIN)/python -m bench.routing_regret
 
 # Agent traffic through the proxy for five minutes while replicas fail and die: nothing may be lost.

@@ -102,6 +102,16 @@ PANELS: list[tuple[str, str, list[tuple[str, str]], str]] = [
     ], "Share of the gated requests' GPU time spent over the kind of pool that was cheaper for their class and "
        "load band, as the exploration share measures both kinds. A request that would have paid elsewhere within "
        "its class is not seen; bench/routing_regret.py measures that against ground truth."),
+    ("Fleet plan: this fleet would serve more split as ...", "percentunit", [
+        ("{{fleet}}", "draftgate_plan_predicted_gain_ratio * on () group_left (fleet) draftgate_plan_recommendation"),
+    ], "How much more traffic within the latency targets the fleet the plan recommends would serve than the "
+       "running one, on as many GPUs, as predicted from the traffic of the last minutes; the legend names the "
+       "recommended fleet (0: the running fleet is the best the plan found). draftgate plan prints it with the "
+       "routing that applies it."),
+    ("Where each kind of request goes", "percentunit", [
+        ("{{kind}} to {{pool}}", "draftgate_assignment_share"),
+    ], "The share of each kind of request each pool takes: the plan's assignment, spilled where a pool nears its "
+       "limit (the kind whose move costs least moves first)."),
 ]
 
 

@@ -13,42 +13,47 @@ docs/emulator.md, each with its source.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import statistics
 
-from draftgate.evaluate.replay import closed_loop
-from draftgate.servers import ServerProcess
+from draftgate.emulator.profile import EngineProfile
+from draftgate.evaluate.fleet import Fleet, PoolSpec
+from draftgate.evaluate.requests import Bank
+from draftgate.evaluate.simulation import Simulation, proxy_settings
+from draftgate.evaluate.traffic import ClosedLoop
+from draftgate.policy.calibration import Calibration
 from draftgate.workloads import mix
 
-METHODS = {"draft model K=4": '{"method": "draft_model", "model": "Qwen/Qwen3-4B", "num_speculative_tokens": 4}',
-           "EAGLE-3 K=4": '{"method": "eagle3", "model": "eagle3-head", "num_speculative_tokens": 4}',
-           "ngram K=4": '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}'}
+OFF = PoolSpec("plain", 1)
+METHODS = {"draft model K=4": PoolSpec("draft", 1, "draft_model", 4),
+           "EAGLE-3 K=4": PoolSpec("eagle3", 1, "eagle3", 4),
+           "ngram K=4": PoolSpec("ngram", 1, "ngram", 4, (4, 4))}
 
 
-def measure(url: str, items: list[mix.Item], concurrency: int) -> tuple[float, float]:
-    """(mean time per output token, GPU seconds per output token) at ``concurrency``."""
-    measured = asyncio.run(closed_loop(url, items, concurrency, streamed=False))
-    tokens = sum(m.tokens for m in measured)
-    return statistics.fmean(m.tpot for m in measured), sum(m.gpu_seconds or 0.0 for m in measured) / tokens
+def measure(bank: Bank, pool: PoolSpec, items: list[mix.Item], concurrency: int) -> tuple[float, float]:
+    """(mean time per output token, busy GPU seconds per output token) of one emulated server at
+    ``concurrency``, in virtual time."""
+    fleet = Fleet((pool,))
+    sim = Simulation(fleet, bank, proxy_settings(fleet, 1024), Calibration(), bank.seed, 1024)
+    requests = [bank.prepared(f"{i.id}#greedy", i.kind, dict(i.requests[-1], temperature=0)) for i in items]
+    run = sim.run(ClosedLoop(requests, concurrency), (0.0, float("inf")), float("inf"))
+    tokens = sum(s.tokens for s in run.served)
+    return statistics.fmean(s.tpot for s in run.served), sum(s.gpu_seconds for s in run.served) / tokens
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=3)
     args = parser.parse_args()
-    chat = [mix.Item(i.id, i.kind, tuple(dict(b, temperature=0) for b in i.requests))
-            for i in mix.items("verdict")["chat"]]
+    chat = mix.items("verdict")["chat"]
     rows: dict[str, list[tuple[float, float]]] = {name: [] for name in METHODS}
     for seed in range(1, args.seeds + 1):
-        common = ["emulate", "--time-scale", "0.02", "--profile-seed", str(seed), "--seed", str(seed)]
-        with ServerProcess(common) as off:
-            base1, _ = measure(off.url, chat[:12], 1)
-            _, base64 = measure(off.url, chat[:128], 64)
-            for name, config in METHODS.items():
-                with ServerProcess([*common, "--speculative-config", config]) as on:
-                    tpot1, _ = measure(on.url, chat[:12], 1)
-                    _, cost64 = measure(on.url, chat[:128], 64)
-                rows[name].append((base1 / tpot1, base64 / cost64))
+        bank = Bank(EngineProfile.random(seed), seed)
+        base1, _ = measure(bank, OFF, chat[:12], 1)
+        _, base64 = measure(bank, OFF, chat[:128], 64)
+        for name, pool in METHODS.items():
+            tpot1, _ = measure(bank, pool, chat[:12], 1)
+            _, cost64 = measure(bank, pool, chat[:128], 64)
+            rows[name].append((base1 / tpot1, base64 / cost64))
     print(f"ShareGPT chat, greedy, {args.seeds} seeds: speedup at concurrency 1 (latency), at 64 (throughput)")
     for name, values in rows.items():
         print(f"  {name:<16} {statistics.fmean(v[0] for v in values):.2f}x   {statistics.fmean(v[1] for v in values):.2f}x")

@@ -29,6 +29,7 @@ from pydantic import (
     model_validator,
 )
 
+from draftgate.policy.copying import CopyRates
 from draftgate.policy.law import ClassRho
 
 SCHEMA_VERSION = 1
@@ -157,6 +158,24 @@ class Curve(BaseModel):
         return max(0.0, y0 + (y1 - y0) * (load - x0) / (x1 - x0))
 
 
+class CopyCoefficients(BaseModel):
+    """``copying.CopyRates`` as a calibration file holds them: the accepted share of each class's tokens at
+    depth 4, a base and what each source adds, and the draft tokens proposed per token accepted."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    s_base: float = Field(ge=0.0, le=1.0)
+    s_history: float = Field(ge=0.0, le=1.0)
+    f_base: float = Field(ge=0.0, le=1.0)
+    f_context: float = Field(ge=0.0, le=1.0)
+    f_code: float = Field(ge=0.0, le=1.0)
+    drafted_per_accepted: float = Field(gt=0.0, le=64.0)
+
+    def rates(self) -> CopyRates:
+        return CopyRates(self.s_base, self.s_history, self.f_base, self.f_context, self.f_code,
+                         self.drafted_per_accepted)
+
+
 class PoolCalibration(BaseModel):
     """What calibration knows of one speculation pool (method and depth fixed)."""
 
@@ -172,6 +191,9 @@ class PoolCalibration(BaseModel):
     tau_greedy: ClassValues | None = None
     # the method's alignment where it differs from the calibration's kappa (EAGLE, MTP heads)
     kappa: float | None = Field(None, gt=0.0, le=5.0)
+    # a lookup drafter's (ngram, suffix) own coefficients of what a request's sources let it copy, fitted
+    # on this pool; the committed ones (copying.RATES) where absent
+    copy_rates: CopyCoefficients | None = None
 
 
 class Calibration(BaseModel):
@@ -232,11 +254,16 @@ class Calibration(BaseModel):
         )
 
     def pool(self, name: str, gamma: int | None = None, method: str | None = None) -> PoolCalibration:
-        """The calibration of a named pool, or defaults with that depth and method: also when the
-        pool was measured drafting with another method, whose costs say nothing of this one's."""
+        """The calibration of a named pool; else of a pool measured with the same method and depth under
+        another name (a configuration the fleet plan weighs, a renamed pool); else defaults with that depth
+        and method. Never one measured drafting with another method, whose costs say nothing of this one's."""
         measured = self.pools.get(name)
         if measured is not None and (method is None or measured.method == method):
             return measured
+        if method is not None and gamma is not None:
+            alike = next((p for _, p in sorted(self.pools.items()) if p.method == method and p.gamma == gamma), None)
+            if alike is not None:
+                return alike
         return _default_pool(gamma, method)
 
 

@@ -1,155 +1,586 @@
-"""A fleet plan: how to split N GPUs between a speculation pool and a plain pool for given traffic.
+"""The fleet plan: which pools to run on N GPUs, how many GPUs each, and which kinds of request each serves.
 
-Pure: traffic and calibration in, options out. Each option is a split (``k``
-GPUs speculating, ``N - k`` plain) and the request classes sent to speculation;
-its cost is the busy GPU-seconds per output token, in a steady state worked out
-from the calibration: on a pool of ``n`` GPUs taking ``lambda`` requests a
-second, each GPU runs ``b`` requests at once where, by Little's law,
-``b = lambda / n x steps x R(b)`` (a request is in the batch for its steps, each
-taking ``R(b)``); a GPU with ``b >= 1`` is busy all the time, one with less is
-busy that share of it, and prefill adds its own time. Time per output token is
-``R(b) x steps / tokens``. An option whose batch would pass ``max_num_seqs``
-cannot carry the traffic; one whose time per token breaks the target is
-reported as breaking it.
+Pure: traffic, calibration and candidates in, compositions out. A composition
+is a set of pools, each a candidate configuration (plain, a draft model at a
+depth, an EAGLE-3 head, ngram at its lookup bounds, a dynamic-K table ...) on
+some GPUs, and an assignment of every kind of request to one pool. Its
+**capacity** is the highest arrival rate at which the targets hold at the
+percentile they are meant at; its **cost** is the busy GPU-seconds per output
+token at the traffic's rate.
 
-It is a model, and says what it assumes: arrivals spread evenly over a pool's
-GPUs, no queueing beyond the batch, the calibration's curves at loads past
-what it measured extrapolated.
+Each pool's GPUs share its traffic evenly, so a pool is worked out on one GPU
+(``gpu_load``) taking the rate its share of the traffic brings it. Each kind
+keeps a sample of its requests (output tokens, prompt tokens to prefill): a
+stall hurts short answers, and long prompts make the stalls, so means are not
+enough. On one GPU, at ``lambda`` requests a second:
+
+- **Prefill** takes ``rho = lambda x E[uncached prompt] x seconds per token`` of
+  its time, in chunks of ``max_num_batched_tokens``. A chunk holds every
+  decoding request on the GPU for its step, and the prefills that come
+  meanwhile queue behind it: stalls come in episodes (an M/G/1 busy period,
+  ``1 / (1 - rho)`` times the chunk that starts it).
+- **Decode**: a request runs ``steps = tokens x rounds per token`` steps (fewer,
+  dearer ones when speculating: ``law.rounds_per_token`` at the taus the gate
+  predicts for the candidate). By Little's law the batch is ``b = lambda x
+  E[steps] x R(b) / (1 - rho)``, ``R(b)`` the step time the calibration gives
+  at ``b`` (``c_T(b)``, times the round cost when speculating).
+- **Time per output token** of a request is its own steps, slowed by the
+  episodes no longer than the time it has to spare; it misses its target when
+  a longer one falls within its decode (a Poisson event). Its percentile over
+  the traffic is solved from the sampled requests' mixture.
+- **Time to first token** is the wait behind the prefills queued before it
+  (M/G/1: none with probability ``1 - rho``, else exponential with the queue's
+  mean), its own prefill with a step for each chunk, and a step.
+
+Pools are independent, so a composition's capacity is the lowest, over its
+pools, of the rate at which the pool's share of the traffic reaches its own
+capacity: ``gpus x capacity of one GPU / share``.
+
+It is a model, and says what it assumes: arrivals Poisson and spread evenly
+over a pool's GPUs; every GPU's batch holds no more than ``max_num_seqs``
+(past it a pool cannot carry the traffic); the calibration's curves at loads
+past what it measured extrapolated.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import math
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
-from draftgate.policy import law
+import numpy as np
+
+from draftgate.policy import copying, law
+from draftgate.policy.assignment import Capacity
 from draftgate.policy.calibration import Calibration
+from draftgate.policy.gate import PoolView, drafted_per_round, predicted_taus
+
+MAX_POOLS = 2  # pools a recommended fleet is split into, at most: each more multiplies the compositions weighed
 
 
 @dataclass(frozen=True, slots=True)
-class ClassTraffic:
-    """One request class as observed: its share of requests and what an answer is like."""
+class Kind:
+    """One kind of request as observed: its share of requests and what its requests ask of a pool.
+
+    ``requests``: (output tokens, uncached prompt tokens) of requests of the kind seen, a sample of
+    them: a stall hurts short answers, and long prompts make the stalls, so means are not enough."""
 
     name: str
     share: float
-    output_tokens: float
-    prompt_tokens: float
+    requests: tuple[tuple[float, float], ...]
     mix: law.ClassMix
-    tau: Mapping[str, float]  # accepted draft tokens per round on the speculation pool, by output class
+    temperature: float = 0.0
+    copyable: copying.CopySources = copying.CopySources()
+
+    @property
+    def output_tokens(self) -> float:
+        return sum(o for o, _ in self.requests) / len(self.requests)
+
+    @property
+    def prefill_tokens(self) -> float:
+        return sum(p for _, p in self.requests) / len(self.requests)
 
 
 @dataclass(frozen=True, slots=True)
 class Traffic:
     requests_per_second: float
-    classes: tuple[ClassTraffic, ...]
+    kinds: tuple[Kind, ...]
+
+    def kind(self, name: str) -> Kind:
+        return next(k for k in self.kinds if k.name == name)
 
 
 @dataclass(frozen=True, slots=True)
-class PoolLoad:
-    gpus: int
-    batch: float  # requests running on each GPU
-    gpu_seconds_per_second: float
-    tokens_per_second: float
-    tpot: float  # seconds per output token a request sees
-    overloaded: bool
+class Candidate:
+    """A pool configuration the plan may use, as the pool's vLLM would be started."""
 
-
-@dataclass(frozen=True, slots=True)
-class Option:
     name: str
-    spec_gpus: int
-    plain_gpus: int
-    speculated: tuple[str, ...]  # request classes sent to the speculation pool
-    cost_per_token: float  # busy GPU-seconds per output token, both pools
-    tpot: float  # the slower pool's time per output token
-    feasible: bool  # carries the traffic within max_num_seqs
-    meets_target: bool
+    method: str | None = None  # None: speculation off
+    gamma: int = 0
+    lookup: tuple[int, int] = copying.DEFAULT_LOOKUP
+    dynamic: tuple[tuple[int, int, int], ...] = ()  # num_speculative_tokens_per_batch_size
+    max_num_seqs: int = 1024
+    max_num_batched_tokens: int = 8192
+    draft_prefill_ratio: float = 0.0  # a draft model prefills the prompt too
+
+    @property
+    def speculative(self) -> bool:
+        return self.method is not None and self.gamma > 0
+
+    def depth_at(self, batch: float) -> int:
+        for lo, hi, k in self.dynamic:
+            if lo <= batch <= hi:
+                return k
+        return self.gamma
+
+    def view(self, running: float) -> PoolView:
+        """The gate's view of one of its GPUs with ``running`` requests."""
+        depth = self.depth_at(running) if self.method is not None else 0
+        return PoolView(self.name, self.method if depth > 0 else None, gamma=depth, running=running,
+                        max_num_seqs=self.max_num_seqs, lookup=self.lookup,
+                        draft_prefill_ratio=self.draft_prefill_ratio)
 
 
-def _step(calibration: Calibration, gamma: int, pool: str, batch: float) -> float:
+@dataclass(frozen=True, slots=True)
+class Targets:
+    """Latency targets in seconds, met by ``attainment`` of requests (the percentile they are meant at)."""
+
+    ttft: float | None = 2.0
+    tpot: float | None = 0.050
+    attainment: float = 0.99
+
+
+@dataclass(frozen=True, slots=True)
+class GpuLoad:
+    """The predicted steady state of one GPU of a pool."""
+
+    rate: float  # requests a second
+    batch: float  # requests decoding at once
+    prefill_share: float  # of its time, spent prefilling
+    step_seconds: float  # a decode step at that batch
+    tpot: float  # time per output token at the targets' percentile
+    ttft: float  # time to first token at the targets' percentile
+    busy: float  # share of the time a step runs
+    tokens_per_second: float
+    feasible: bool  # holds the traffic at all (prefill below the GPU's time, the batch within max_num_seqs)
+
+    def meets(self, targets: Targets) -> bool:
+        return self.feasible and (targets.tpot is None or self.tpot <= targets.tpot) and (
+            targets.ttft is None or self.ttft <= targets.ttft)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolPlan:
+    candidate: Candidate
+    gpus: int
+    kinds: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Composition:
+    pools: tuple[PoolPlan, ...]
+    capacity: float  # requests a second over the fleet within the targets
+    cost_per_token: float  # busy GPU-seconds per output token at the traffic's rate (inf: not carried there)
+    loads: tuple[GpuLoad | None, ...] = field(default=(), compare=False)  # each pool's GPU at the traffic's rate
+
+    @property
+    def gpus(self) -> int:
+        return sum(p.gpus for p in self.pools)
+
+    @property
+    def homogeneous(self) -> bool:
+        return len(self.pools) == 1
+
+    @property
+    def name(self) -> str:
+        if self.homogeneous:
+            return f"all {self.pools[0].candidate.name}"
+        return " + ".join(f"{p.gpus} {p.candidate.name} ({', '.join(p.kinds)})" for p in self.pools)
+
+    def assignment(self) -> dict[str, str]:
+        """Kind -> the pool (candidate name) that serves it."""
+        return {kind: p.candidate.name for p in self.pools for kind in p.kinds}
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    best: Composition
+    best_homogeneous: Composition
+    current: Composition | None  # the fleet running now, when given
+    options: tuple[Composition, ...]  # every composition worked out, best first
+
+    @property
+    def gain(self) -> float | None:
+        """How much more the best serves than the fleet running now (capacity), as a ratio less one."""
+        if self.current is None or self.current.capacity <= 0:
+            return None
+        return self.best.capacity / self.current.capacity - 1.0
+
+
+# ---------------------------------------------------------------- one GPU
+
+@dataclass(frozen=True)
+class _Pool:
+    """A GPU's traffic as arrays over the kinds' sampled requests, each weighted by its share."""
+
+    weight: np.ndarray  # of each sampled request among the pool's requests
+    output: np.ndarray
+    prefill: np.ndarray
+    kind: np.ndarray  # index into ``kinds``
+    kinds: tuple[Kind, ...]
+
+    @classmethod
+    def of(cls, kinds: Sequence[Kind]) -> _Pool:
+        total = sum(k.share for k in kinds)
+        weight, output, prefill, index = [], [], [], []
+        for i, kind in enumerate(kinds):
+            for out, pre in kind.requests:
+                weight.append(kind.share / total / len(kind.requests))
+                output.append(out)
+                prefill.append(pre)
+                index.append(i)
+        return cls(np.array(weight), np.array(output, dtype=float), np.array(prefill, dtype=float),
+                   np.array(index), tuple(kinds))
+
+
+def _rounds(pool: _Pool, candidate: Candidate, calibration: Calibration, depth: int) -> tuple[np.ndarray, float]:
+    """Steps per output token of each sampled request at ``depth``, and the draft tokens a round verifies
+    on average over the pool's rounds (0 when plain)."""
+    if depth <= 0 or candidate.method is None:
+        return np.ones(len(pool.weight)), 0.0
+    view = PoolView(candidate.name, candidate.method, gamma=depth, lookup=candidate.lookup)
+    per_kind, drafted_per_kind = [], []
+    for kind in pool.kinds:
+        taus = predicted_taus(calibration, view, kind.temperature, kind.copyable)
+        per_kind.append(law.rounds_per_token(kind.mix, taus))
+        drafted_per_kind.append(drafted_per_round(calibration, view, taus, kind.mix))
+    rounds = np.array(per_kind)[pool.kind]
+    steps = pool.weight * pool.output * rounds
+    drafted = float((steps * np.array(drafted_per_kind)[pool.kind]).sum() / steps.sum()) if steps.sum() > 0 else 0.0
+    return rounds, drafted
+
+
+def _step(calibration: Calibration, candidate: Candidate, depth: int, batch: float, drafted: float) -> float:
     c_t = calibration.target_pass_seconds(batch)
-    if gamma <= 0:
+    if depth <= 0 or candidate.method is None:
         return c_t
-    cal = calibration.pool(pool, gamma)
-    return c_t * law.round_cost(gamma, cal.delta(batch), cal.draft_cost)
+    cal = calibration.pool(candidate.name, depth, candidate.method)
+    return c_t * law.round_cost(drafted, cal.delta(batch), cal.draft_cost)
 
 
-def pool_load(traffic: Traffic, classes: Sequence[ClassTraffic], gpus: int, gamma: int, calibration: Calibration,
-              max_num_seqs: int, pool: str = "spec-on") -> PoolLoad | None:
-    """The steady state of ``gpus`` GPUs taking ``classes`` of ``traffic``; None with no traffic."""
-    share = sum(c.share for c in classes)
-    if share <= 0 or gpus <= 0:
-        return None
-    rate = traffic.requests_per_second * share / gpus  # requests a second on each GPU
-    tokens = sum(c.share * c.output_tokens for c in classes) / share
-    steps = sum(c.share * c.output_tokens * (law.rounds_per_token(c.mix, c.tau) if gamma > 0 else 1.0)
-                for c in classes) / share
-    prompt = sum(c.share * c.prompt_tokens for c in classes) / share
-    batch = rate * steps * _step(calibration, gamma, pool, 1.0)
-    for _ in range(100):  # b = rate x steps x R(b): R grows with b, so this climbs to the fixed point
-        updated = rate * steps * _step(calibration, gamma, pool, max(1.0, batch))
-        if abs(updated - batch) < 1e-6 * max(1.0, batch) or updated > 10 * max_num_seqs:
+def gpu_load(kinds: Sequence[Kind], candidate: Candidate, calibration: Calibration, rate: float,
+             targets: Targets, pool: _Pool | None = None) -> GpuLoad:
+    """One GPU of ``candidate`` taking ``rate`` requests a second of ``kinds`` (in their shares)."""
+    pool = pool or _Pool.of(kinds)
+    per_token = calibration.prefill_seconds_per_token * (1.0 + candidate.draft_prefill_ratio)
+    chunk = float(candidate.max_num_batched_tokens)
+    chunks = np.maximum(1.0, np.ceil(pool.prefill / chunk))
+    prefill_share = rate * float((pool.weight * pool.prefill).sum()) * per_token
+    if prefill_share >= 1.0:
+        return GpuLoad(rate, math.inf, prefill_share, math.inf, math.inf, math.inf, 1.0, 0.0, False)
+    # every prefill chunk holds the step it runs in; the prefills that come meanwhile queue behind it, so
+    # stalls come in episodes: an M/G/1 busy period, 1 / (1 - rho) times the chunk that starts it, as
+    # often as one starts
+    stalls = _Stalls(pool.prefill / chunks * per_token / (1.0 - prefill_share),
+                     rate * pool.weight * chunks * (1.0 - prefill_share))
+    depth = candidate.gamma if candidate.method is not None else 0
+    batch, step = 0.0, 0.0
+    rounds = np.ones(len(pool.weight))
+    for _ in range(8):  # the batch sets a dynamic table's depth, the depth the batch
+        rounds, drafted = _rounds(pool, candidate, calibration, depth)
+        steps = float((pool.weight * pool.output * rounds).sum())
+        batch = rate * steps * _step(calibration, candidate, depth, 1.0, drafted) / (1.0 - prefill_share)
+        for _ in range(60):  # b = rate x steps x R(b) / (1 - rho): R grows with b, so this climbs to the fixed point
+            updated = rate * steps * _step(calibration, candidate, depth, max(1.0, batch), drafted) / (
+                1.0 - prefill_share)
+            if abs(updated - batch) < 1e-4 * max(1.0, batch) or updated > 4 * candidate.max_num_seqs:
+                batch = updated
+                break
             batch = updated
-            break
-        batch = updated
-    step = _step(calibration, gamma, pool, max(1.0, batch))
-    prefill = rate * prompt * calibration.prefill_seconds_per_token
-    busy = min(1.0, min(1.0, batch) + prefill)
-    return PoolLoad(gpus, batch, busy * gpus, rate * gpus * tokens, step * steps / tokens, batch > max_num_seqs)
-
-
-def plan(traffic: Traffic, calibration: Calibration, gpus: int, gamma: int, max_num_seqs: int,
-         max_num_seqs_spec: int, tpot_target: float | None = None,
-         dynamic_k: Sequence[tuple[int, int, int]] = ()) -> list[Option]:
-    """Every split of ``gpus`` and every set of classes sent to speculation, with the
-    alternatives (all speculating at ``gamma``, all with ``dynamic_k`` when given, all plain);
-    cheapest feasible first."""
-    names = [c.name for c in traffic.classes]
-    options = []
-    for spec_gpus in range(gpus + 1):
-        for size in range(len(names) + 1):
-            for chosen in itertools.combinations(names, size):
-                if (spec_gpus == 0) != (size == 0) or (spec_gpus == gpus) != (size == len(names)):
-                    continue  # a pool with GPUs and no traffic, or traffic and no GPUs
-                options.append(_option(traffic, calibration, spec_gpus, gpus - spec_gpus, chosen, gamma,
-                                       max_num_seqs, max_num_seqs_spec, tpot_target))
-    if dynamic_k:
-        options.append(_dynamic(traffic, calibration, gpus, gamma, dynamic_k, max_num_seqs_spec, tpot_target))
-    return sorted(options, key=lambda o: (not (o.feasible and o.meets_target), o.cost_per_token))
-
-
-def _option(traffic: Traffic, calibration: Calibration, spec_gpus: int, plain_gpus: int, chosen: tuple[str, ...],
-            gamma: int, max_num_seqs: int, max_num_seqs_spec: int, tpot_target: float | None) -> Option:
-    spec = pool_load(traffic, [c for c in traffic.classes if c.name in chosen], spec_gpus, gamma, calibration,
-                     max_num_seqs_spec)
-    plain = pool_load(traffic, [c for c in traffic.classes if c.name not in chosen], plain_gpus, 0, calibration,
-                      max_num_seqs)
-    name = ("all plain" if not spec_gpus else f"all speculating at depth {gamma}" if not plain_gpus
-            else f"{spec_gpus} speculating, {plain_gpus} plain")
-    return _combine(name, spec_gpus, plain_gpus, chosen, [x for x in (spec, plain) if x is not None], tpot_target)
-
-
-def _dynamic(traffic: Traffic, calibration: Calibration, gpus: int, gamma: int,
-             table: Sequence[tuple[int, int, int]], max_num_seqs: int, tpot_target: float | None) -> Option:
-    """One pool of ``gpus`` running vLLM's dynamic K: the depth its table gives at the batch it settles at."""
-    depth = gamma
-    load = None
-    for _ in range(10):  # the batch sets the depth, the depth the batch
-        load = pool_load(traffic, traffic.classes, gpus, depth, calibration, max_num_seqs)
-        assert load is not None  # the traffic has at least one class
-        settled = next((k for lo, hi, k in table if lo <= max(1.0, load.batch) <= hi), gamma)
+        step = _step(calibration, candidate, depth, max(1.0, batch), drafted)
+        settled = candidate.depth_at(max(1.0, batch)) if candidate.method is not None else 0
         if settled == depth:
             break
         depth = settled
-    assert load is not None
-    return _combine(f"all with dynamic K (settles at depth {depth})", gpus, 0,
-                    tuple(c.name for c in traffic.classes), [load], tpot_target)
+    feasible = batch <= candidate.max_num_seqs
+    tokens = float((pool.weight * pool.output).sum())
+    busy = min(1.0, prefill_share + (1.0 - prefill_share) * (1.0 - math.exp(-batch)))
+    if not feasible:
+        return GpuLoad(rate, batch, prefill_share, step, math.inf, math.inf, busy, rate * tokens, False)
+    service = pool.prefill * per_token + chunks * step  # a prefill: its chunks' compute, a step each
+    backlog = _backlog(pool, pool.prefill * per_token, rate, prefill_share)
+    tpot = _tpot_quantile(pool, pool.output * rounds * step, stalls, targets.attainment)
+    ttft = _ttft_quantile(pool, service, backlog, step, targets.attainment)
+    return GpuLoad(rate, batch, prefill_share, step, tpot, ttft, busy, rate * tokens, True)
 
 
-def _combine(name: str, spec_gpus: int, plain_gpus: int, chosen: tuple[str, ...], loads: list[PoolLoad],
-             tpot_target: float | None) -> Option:
-    tokens = sum(x.tokens_per_second for x in loads)
-    tpot = max(x.tpot for x in loads)
-    return Option(name, spec_gpus, plain_gpus, chosen, sum(x.gpu_seconds_per_second for x in loads) / tokens, tpot,
-                  not any(x.overloaded for x in loads), tpot_target is None or tpot <= tpot_target)
+class _Stalls:
+    """The prefill chunks a GPU runs, as stalls of the steps they share: their sizes and rates."""
+
+    def __init__(self, seconds: np.ndarray, rates: np.ndarray) -> None:
+        order = np.argsort(seconds)
+        self.seconds = seconds[order]
+        self.rate_above = np.concatenate([np.cumsum(rates[order][::-1])[::-1], [0.0]])  # of stalls from index i up
+        self.share_below = np.concatenate([[0.0], np.cumsum((rates * seconds)[order])])  # time in those below i
+
+    def beyond(self, room: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each room: the rate of stalls longer than it, and the share of time in stalls no longer."""
+        index = np.searchsorted(self.seconds, room, side="right")
+        return self.rate_above[index], self.share_below[index]
+
+
+def _solve_quantile(tail: Callable[[float], float], miss: float, high: float) -> float:
+    """The smallest ``t`` at which ``tail(t)`` (decreasing) falls to ``miss``, by bisection up to ``high``."""
+    if tail(high) > miss:
+        return math.inf
+    low = 0.0
+    for _ in range(30):
+        middle = (low + high) / 2
+        if tail(middle) > miss:
+            low = middle
+        else:
+            high = middle
+    return high
+
+
+def _tpot_quantile(pool: _Pool, own: np.ndarray, stalls: _Stalls, attainment: float) -> float:
+    """Time per output token that ``attainment`` of requests stay within. A request's own steps are
+    slowed by the stalls no longer than the time it has to spare (they share its steps); it misses when
+    one longer than that comes while it decodes (a Poisson event over its decode)."""
+    tokens = np.maximum(1.0, pool.output - 1.0)
+
+    def tail(t: float) -> float:
+        spare = t * tokens - own
+        _, slowed = stalls.beyond(np.maximum(spare, 0.0))
+        decode = own / np.maximum(1e-9, 1.0 - slowed)
+        spare = t * tokens - decode
+        longer, _ = stalls.beyond(np.maximum(spare, 0.0))
+        missed = np.where(spare < 0, 1.0, -np.expm1(-longer * decode))
+        return float((pool.weight * missed).sum())
+
+    return _solve_quantile(tail, 1.0 - attainment, 5.0)
+
+
+def _backlog(pool: _Pool, service: np.ndarray, rate: float, prefill_share: float) -> Callable[[np.ndarray], np.ndarray]:
+    """P(the prefill work queued at a random moment exceeds x): M/G/1, none with probability ``1 - rho``,
+    else exponential with the queue's mean wait (Pollaczek-Khinchine) over ``rho``."""
+    mean_wait = rate * float((pool.weight * service ** 2).sum()) / (2.0 * (1.0 - prefill_share))
+    scale = mean_wait / prefill_share if prefill_share > 0 else 0.0
+
+    def tail(x: np.ndarray) -> np.ndarray:
+        if scale <= 0:
+            return np.where(x < 0, 1.0, 0.0)
+        return np.where(x < 0, 1.0, prefill_share * np.exp(-np.maximum(x, 0.0) / scale))
+
+    return tail
+
+
+def _ttft_quantile(pool: _Pool, service: np.ndarray, backlog: Callable[[np.ndarray], np.ndarray], step: float,
+                   attainment: float) -> float:
+    """Time to first token that ``attainment`` of requests stay within: the wait behind queued prefills
+    (``backlog``), its own prefill with a step for each chunk, and a step."""
+    own = service + step
+    return _solve_quantile(lambda t: float((pool.weight * backlog(t - own)).sum()), 1.0 - attainment, 120.0)
+
+
+def capacity_of_gpu(kinds: Sequence[Kind], candidate: Candidate, calibration: Calibration,
+                    targets: Targets) -> float:
+    """The highest rate one GPU of ``candidate`` takes ``kinds`` at within ``targets`` (to 1%)."""
+    if not kinds or sum(k.share for k in kinds) <= 0:
+        return math.inf
+    pool = _Pool.of(kinds)
+
+    def meets(rate: float) -> bool:
+        return gpu_load(kinds, candidate, calibration, rate, targets, pool).meets(targets)
+
+    if not meets(1e-6):
+        return 0.0
+    low, high = 0.0, 0.25
+    while meets(high) and high < 1e4:
+        low, high = high, high * 2
+    while high - low > 0.01 * high:
+        middle = (low + high) / 2
+        low, high = (middle, high) if meets(middle) else (low, middle)
+    return low
+
+
+# ---------------------------------------------------------------- compositions
+
+
+class _Model:
+    """The plan's model of one traffic, worked out once per candidate and set of kinds (and rate)."""
+
+    def __init__(self, traffic: Traffic, calibration: Calibration, targets: Targets) -> None:
+        self.traffic = traffic
+        self.calibration = calibration
+        self.targets = targets
+
+    @functools.cache  # noqa: B019 - one instance per plan
+    def per_gpu(self, candidate: Candidate, kinds: tuple[str, ...]) -> float:
+        """The rate one GPU of ``candidate`` takes of ``kinds`` (in their shares) within the targets."""
+        return capacity_of_gpu([self.traffic.kind(k) for k in kinds], candidate, self.calibration, self.targets)
+
+    @functools.cache  # noqa: B019 - one instance per plan
+    def load(self, candidate: Candidate, kinds: tuple[str, ...], rate: float) -> GpuLoad:
+        return gpu_load([self.traffic.kind(k) for k in kinds], candidate, self.calibration, rate, self.targets)
+
+    def composition(self, pools: Sequence[PoolPlan]) -> Composition:
+        """A composition's capacity: the lowest over its pools of what their GPUs take, over their share."""
+        capacity = math.inf
+        for pool in pools:
+            share = sum(self.traffic.kind(k).share for k in pool.kinds)
+            if share > 0:
+                capacity = min(capacity, pool.gpus * self.per_gpu(pool.candidate, pool.kinds) / share)
+        return Composition(tuple(pools), 0.0 if math.isinf(capacity) else capacity, math.nan)
+
+    def costed(self, composition: Composition) -> Composition:
+        """``composition`` with its busy GPU-seconds per token, and each pool's load, at the traffic's rate."""
+        busy = tokens = 0.0
+        loads: list[GpuLoad | None] = []
+        carried = True
+        for pool in composition.pools:
+            share = sum(self.traffic.kind(k).share for k in pool.kinds)
+            if share <= 0:
+                loads.append(None)
+                continue
+            load = self.load(pool.candidate, pool.kinds, round(self.traffic.requests_per_second * share / pool.gpus, 6))
+            loads.append(load)
+            carried = carried and load.feasible
+            busy += load.busy * pool.gpus
+            tokens += load.tokens_per_second * pool.gpus
+        cost = busy / tokens if carried and tokens > 0 else math.inf
+        return Composition(composition.pools, composition.capacity, cost, tuple(loads))
+
+
+def evaluate(pools: Sequence[PoolPlan], traffic: Traffic, calibration: Calibration, targets: Targets) -> Composition:
+    """A composition's capacity, and its cost and loads at the traffic's rate."""
+    model = _Model(traffic, calibration, targets)
+    return model.costed(model.composition(pools))
+
+
+def _splits(gpus: int, parts: int) -> list[tuple[int, ...]]:
+    """Every way to give ``parts`` pools at least one GPU each, ``gpus`` in all."""
+    return [tuple(b - a for a, b in zip((0, *cut), (*cut, gpus)))
+            for cut in itertools.combinations(range(1, gpus), parts - 1)]
+
+
+def _assignments(kinds: Sequence[str], parts: int, every_pool: bool = True) -> list[tuple[tuple[str, ...], ...]]:
+    """Every way to give each kind to one of ``parts`` pools; ``every_pool``: none left without a kind, and
+    pools told apart only by their kinds (pool 0 takes the first kind: no relabelled repeats)."""
+    out = []
+    for labels in itertools.product(range(parts), repeat=len(kinds)):
+        if every_pool and (len(set(labels)) != parts or labels[0] != 0):
+            continue
+        out.append(tuple(tuple(k for k, label in zip(kinds, labels) if label == p) for p in range(parts)))
+    return out
+
+
+def recommend(traffic: Traffic, calibration: Calibration, gpus: int, candidates: Sequence[Candidate],
+              targets: Targets = Targets(), objective: str = "capacity", max_pools: int = MAX_POOLS,
+              current: Sequence[PoolPlan] | None = None) -> Recommendation:
+    """The best composition of ``gpus`` GPUs from ``candidates`` for ``traffic``, by ``objective``:
+    ``capacity`` (most traffic within the targets; a fixed fleet) or ``cost`` (fewest busy GPU-seconds
+    per token at the traffic's rate, among compositions that carry it within the targets; a fleet that
+    scales with load). Beside it, the best homogeneous fleet and, when given, the ``current`` one."""
+    if gpus < 1:
+        raise ValueError("a fleet needs at least one GPU")
+    if not candidates:
+        raise ValueError("the plan needs at least one candidate pool configuration")
+    if not traffic.kinds:
+        raise ValueError("the plan needs traffic: no kind of request was seen")
+    model = _Model(traffic, calibration, targets)
+    names = tuple(k.name for k in traffic.kinds)
+    options: list[Composition] = []
+    for parts in range(1, min(max_pools, gpus, len(names)) + 1):
+        for chosen in itertools.combinations_with_replacement(candidates, parts):
+            for assignment in _assignments(names, parts):
+                for split in _splits(gpus, parts):
+                    options.append(model.composition([PoolPlan(c, n, k) for c, n, k in zip(chosen, split, assignment)]))
+    options = _ranked(options, model, objective)
+    homogeneous = next(o for o in options if o.homogeneous)
+    now = model.costed(model.composition(current)) if current else None
+    return Recommendation(options[0], homogeneous, now, tuple(options))
+
+
+def best_assignment(traffic: Traffic, calibration: Calibration, pools: Sequence[tuple[Candidate, int]],
+                    targets: Targets = Targets(), objective: str = "capacity") -> tuple[Composition, list[Capacity]]:
+    """For a fleet that is what it is (each pool a candidate configuration on some GPUs): which pool each
+    kind should go to, by ``objective``; and what one GPU of each pool takes of each kind alone (what the
+    assignment spills by, ``assignment.spill``)."""
+    if not pools:
+        raise ValueError("the fleet has no pool")
+    if not traffic.kinds:
+        raise ValueError("the plan needs traffic: no kind of request was seen")
+    model = _Model(traffic, calibration, targets)
+    names = tuple(k.name for k in traffic.kinds)
+    options = [model.composition([PoolPlan(c, n, kinds) for (c, n), kinds in zip(pools, assignment)])
+               for assignment in _assignments(names, len(pools), every_pool=False)]
+    best = _ranked(options, model, objective)[0]
+    capacities = [Capacity(c.name, n, {k: model.per_gpu(c, (k,)) for k in names}) for c, n in pools]
+    return best, capacities
+
+
+def _ranked(options: list[Composition], model: _Model, objective: str) -> list[Composition]:
+    """Best first. ``capacity``: the most traffic within the targets, then the cheapest, then the fewest
+    pools. ``cost``: among those that carry the traffic's rate, the cheapest; then the rest by capacity.
+    Only the options in the running are costed."""
+    rate = model.traffic.requests_per_second
+    if objective == "capacity":
+        options.sort(key=lambda o: -o.capacity)
+        top = options[0].capacity
+        leaders = [model.costed(o) for o in options if o.capacity >= top * (1 - 1e-6)]
+        leaders.sort(key=lambda o: (o.cost_per_token, len(o.pools)))
+        return leaders + [o for o in options if o.capacity < top * (1 - 1e-6)]
+    if objective == "cost":
+        carried = sorted((model.costed(o) for o in options if o.capacity >= rate),
+                         key=lambda o: (o.cost_per_token, -o.capacity, len(o.pools)))
+        rest = sorted((o for o in options if o.capacity < rate), key=lambda o: -o.capacity)
+        return carried + rest
+    raise ValueError(f"objective must be capacity or cost, got {objective!r}")
+
+
+def kinds_from(rows: Sequence[Mapping[str, float | str]], samples: int = 64) -> tuple[Kind, ...]:
+    """Kinds from per-request rows ``{kind, output_tokens, prefill_tokens, w_s, w_r, temperature}``; each
+    kind keeps up to ``samples`` of its requests, spread evenly over the order they came in."""
+    by_kind: dict[str, list[Mapping[str, float | str]]] = {}
+    for row in rows:
+        by_kind.setdefault(str(row["kind"]), []).append(row)
+    total = len(rows)
+    kinds = []
+    for name, found in sorted(by_kind.items()):
+        n = len(found)
+
+        def mean(key: str, rows_: list[Mapping[str, float | str]] = found) -> float:
+            return sum(float(r.get(key, 0.0) or 0.0) for r in rows_) / len(rows_)
+
+        w_s = min(1.0, max(0.0, mean("w_s")))
+        w_r = min(max(0.0, mean("w_r")), 1.0 - w_s)
+        kept = [found[i * n // min(n, samples)] for i in range(min(n, samples))]
+        requests = tuple((float(r["output_tokens"]), float(r.get("prefill_tokens", 0.0) or 0.0)) for r in kept)
+        kinds.append(Kind(name, n / total, requests, law.ClassMix(w_s, w_r, 1.0 - w_s - w_r), mean("temperature")))
+    return tuple(kinds)
+
+
+def default_candidates(max_num_seqs: int = 1024, max_num_batched_tokens: int = 8192) -> tuple[Candidate, ...]:
+    """What the plan chooses among unless told otherwise: plain; a draft model at depth 2, 4 and 8; an
+    EAGLE-3 head at depth 3; ngram at depth 4 with lookup 2-4."""
+    seqs, batched = max_num_seqs, max_num_batched_tokens
+    return (Candidate("plain", max_num_seqs=seqs, max_num_batched_tokens=batched),
+            *(Candidate(f"draft-k{k}", "draft_model", k, max_num_seqs=seqs, max_num_batched_tokens=batched,
+                        draft_prefill_ratio=0.15) for k in (2, 4, 8)),
+            Candidate("eagle3-k3", "eagle3", 3, max_num_seqs=seqs, max_num_batched_tokens=batched),
+            Candidate("ngram-k4", "ngram", 4, lookup=(2, 4), max_num_seqs=seqs, max_num_batched_tokens=batched))
+
+
+class TrafficWindow:
+    """The requests of the last ``seconds`` (at most ``capacity`` of them), as the plan reads traffic:
+    each one's kind, its output and the prompt it brought to prefill, its S/R/F split, its temperature."""
+
+    def __init__(self, seconds: float = 600.0, capacity: int = 5000) -> None:
+        self.seconds = seconds
+        self.rows: deque[tuple[float, dict[str, float | str]]] = deque(maxlen=capacity)
+
+    def add(self, now: float, kind: str, output_tokens: float, prefill_tokens: float, w_s: float, w_r: float,
+            temperature: float, model: str = "") -> None:
+        self.rows.append((now, {"kind": kind, "output_tokens": output_tokens, "prefill_tokens": prefill_tokens,
+                                "w_s": w_s, "w_r": w_r, "temperature": temperature, "model": model}))
+
+    def busiest_model(self) -> str | None:
+        """The model most of the window's requests named (None: none named one)."""
+        counts: dict[str, int] = {}
+        for _, row in self.rows:
+            if row["model"]:
+                counts[str(row["model"])] = counts.get(str(row["model"]), 0) + 1
+        return max(sorted(counts), key=lambda m: counts[m]) if counts else None
+
+    def traffic(self, now: float) -> Traffic | None:
+        """What the window holds, its rate over the time it spans; None with fewer than two requests."""
+        while self.rows and self.rows[0][0] < now - self.seconds:
+            self.rows.popleft()
+        if len(self.rows) < 2:
+            return None
+        span = max(1.0, now - self.rows[0][0])
+        return Traffic(len(self.rows) / span, kinds_from([row for _, row in self.rows]))

@@ -69,6 +69,8 @@ class GatePolicy:
     # output token the request may cause) when one is set
     objective: Objective = "cost"
     gpu_budget: float | None = None
+    # what the fleet plan makes best (policy/fleet.py): the most traffic within the targets, or the cheapest
+    fleet_objective: Literal["capacity", "cost"] = "capacity"
     # KV-cache usage from which a pool takes no marginal traffic: a new request there
     # would wait for free blocks, or make the scheduler preempt one that runs
     kv_cache_full: float = 0.95
@@ -166,8 +168,7 @@ def _predicted_taus(calibration: Calibration, pool: PoolView, temperature: float
     kappa = cal.kappa if cal.kappa is not None else calibration.kappa
     taus = _law_taus(calibration, pool.gamma, temperature, kappa)
     if pool.method in LOOKUP_METHODS:
-        rates = copying.rates_for(pool.method or "", pool.lookup)[0]
-        base = copying.lookup_taus(copy or copying.CopySources(), pool.gamma, rates)
+        base = copying.lookup_taus(copy or copying.CopySources(), pool.gamma, copy_rates(calibration, pool))
     elif cal.tau_greedy is not None:
         base = {c: cal.tau_greedy.of(c) for c in "srf"}
     else:
@@ -207,7 +208,7 @@ def pool_cost(
         measured = min(measured, cal.delta.measured_up_to)
         d = pool.draft_cost if pool.draft_cost is not None else cal.draft_cost
         taus = predicted_taus(calibration, pool, estimate.temperature, estimate.copyable)
-        drafted = drafted_per_round(pool, taus, mix)
+        drafted = drafted_per_round(calibration, pool, taus, mix)
         # the span form's saving, from inputs calibration and configuration have validated
         steps = tokens * law.rounds_per_token(mix, taus)
         saving = 1.0 - law.round_cost(drafted, cal.delta(batch), d) * steps / tokens
@@ -272,13 +273,20 @@ def step_seconds(calibration: Calibration, pool: PoolView, running: float, draft
     return c_t * law.round_cost(pool.gamma if drafted is None else drafted, cal.delta(running), d)
 
 
-def drafted_per_round(pool: PoolView, taus: dict[str, float], mix: law.ClassMix) -> float:
+def drafted_per_round(calibration: Calibration, pool: PoolView, taus: dict[str, float], mix: law.ClassMix) -> float:
     """Draft tokens a round verifies for this request: ``gamma`` from a model drafter; from a
     lookup, only where it found something to copy (``copying.drafted_per_round``)."""
     if pool.method not in LOOKUP_METHODS:
         return float(pool.gamma)
-    rates = copying.rates_for(pool.method or "", pool.lookup)[0]
-    return copying.drafted_per_round(taus, {"s": mix.s, "r": mix.r, "f": mix.f}, pool.gamma, rates)
+    return copying.drafted_per_round(taus, {"s": mix.s, "r": mix.r, "f": mix.f}, pool.gamma,
+                                     copy_rates(calibration, pool))
+
+
+def copy_rates(calibration: Calibration, pool: PoolView) -> copying.CopyRates:
+    """What a lookup pool copies from a request's sources: as its calibration fitted it, else the
+    committed coefficients of its method and lookup setting."""
+    fitted = calibration.pool(pool.name, pool.gamma, pool.method).copy_rates
+    return fitted.rates() if fitted is not None else copying.rates_for(pool.method or "", pool.lookup)[0]
 
 
 def decide(

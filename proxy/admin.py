@@ -95,6 +95,11 @@ class Explanation(_Strict):
     break_even_note: str | None
     pools: list[PoolTerms]
     affinity: AffinityMatch | None
+    kind: str = Field(description="the kind of request the gate reads it as (tool, tool_auto, json, reasoning, "
+                                  "prose): what the fleet is planned and routed for")
+    assignment: dict[str, float] | None = Field(
+        description="the share of its kind each pool takes, when the fleet plan's assignment routed it (null: the "
+                    "gate's costs alone, or a reason stronger than the assignment, decided)")
 
 
 class Reloaded(_Strict):

@@ -80,7 +80,8 @@ def _chain(body: dict[str, Any], cache: tuple[str | None, str | None],
            digest: Callable[[Any], tuple[int, int]] | None = None,
            combine: Callable[[Any], int] = hash) -> tuple[tuple[int, int], ...]:
     """(hash, characters so far) after each message, rooted in the model, the cache
-    salt and the tool names.
+    salt and the tool names. The characters count the tool definitions first: the
+    chat template puts them before every message, so a cached prefix holds them.
 
     By default Python's own hash, of each message taken apart into tuples: a table
     that lives and dies with this process loses nothing to a per-process hash seed.
@@ -88,12 +89,13 @@ def _chain(body: dict[str, Any], cache: tuple[str | None, str | None],
     digest = digest or _digest
     tools = body.get("tools")
     names: tuple[Any, ...] = ()
+    chars = 0
     if isinstance(tools, list):
         names = tuple(tool.get("function", {}).get("name") if isinstance(tool, dict)
                       and isinstance(tool.get("function"), dict) else None for tool in tools[:512])
+        chars = len(_text(tools)) if tools else 0
     h = combine((*cache, repr(names)))
     out: list[tuple[int, int]] = []
-    chars = 0
     messages = body.get("messages")
     if not isinstance(messages, list):
         return ()

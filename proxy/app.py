@@ -33,6 +33,7 @@ from draftgate.proxy.disconnect import ClientGone, cancelled_if_client_leaves
 from draftgate.proxy.endpoints import GATED, Endpoint, endpoint_of_body, error_shape_of
 from draftgate.proxy.errors import openai_error
 from draftgate.proxy.exchange import Exchange, Outgoing, Upstreams, answer
+from draftgate.proxy.fleet_planning import FleetPlanning
 from draftgate.proxy.headers import upstream_target
 from draftgate.proxy.hot_routes import HotRoutes
 from draftgate.proxy.metrics import ProxyMetrics
@@ -87,6 +88,7 @@ class Proxy:
         self.recorder = Recorder(self.planner, pools, self.metrics)
         self.monitor = Monitor(pools, self.client, lambda: self.settings, on_scrape=self.recorder.on_scrape,
                                on_replicas_changed=self.forget_gone_replicas, shared=self.shared)
+        self.planning = FleetPlanning(self.planner, self.metrics, lambda: self.settings)
         self.catalog = ModelCatalog(pools, self.client)
         self.holders = ResponseHolders(settings.response_holders_capacity)
         self.pass_through = PassThrough(self.upstreams, self.catalog, self.holders)
@@ -312,6 +314,7 @@ def create_app(settings: ProxySettings,
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         proxy.monitor.start()
+        proxy.planning.start()
         proxy.shutdown.loop = loop = asyncio.get_running_loop()
         try:
             loop.add_signal_handler(signal.SIGHUP, _sighup, proxy)
@@ -322,6 +325,7 @@ def create_app(settings: ProxySettings,
         finally:
             await proxy.shutdown.wait_for_settling()
             await proxy.monitor.stop()
+            await proxy.planning.stop()
             if proxy.shared is not None:
                 await proxy.shared.close()
             proxy.client.close()

@@ -29,10 +29,14 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from draftgate.policy.calibration import METHOD_DEFAULTS
 from draftgate.policy.copying import lookup_bounds
 from draftgate.policy.structure.priors import StructurePriors
 from draftgate.policy.structure.sampling import SamplingDefaults
 from draftgate.proxy.upstream import tls_context
+
+# what the gate tells requests apart by (``Plan.request_class``): the kinds the fleet is planned and routed for
+KINDS = ("tool", "tool_auto", "json", "reasoning", "prose")
 
 
 class ConfigError(ValueError):
@@ -54,6 +58,14 @@ class SpeculationConfig(BaseModel):
         description="vLLM's dynamic K, as the pool's --speculative-config sets it: [[lo, hi, K], ...], K for "
                     "lo..hi running requests (0: no speculation there); the pool is priced at the depth it runs "
                     "at the batch the request would join")
+
+    @field_validator("method")
+    @classmethod
+    def _known(cls, method: str) -> str:
+        if method not in METHOD_DEFAULTS:
+            raise ValueError(f"{method!r} is no drafting method vLLM runs that draftgate prices; the methods are "
+                             + ", ".join(sorted(METHOD_DEFAULTS)))
+        return method
 
     @field_validator("num_speculative_tokens_per_batch_size")
     @classmethod
@@ -87,6 +99,17 @@ class SpeculationConfig(BaseModel):
         return self.gamma
 
 
+class CandidatePool(BaseModel):
+    """A pool configuration the fleet plan may recommend."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$", description="as the plan names it")
+    speculation: SpeculationConfig | None = Field(None, description="how it speculates; omitted: plain")
+    max_num_seqs: int = Field(1024, ge=1, description="per replica")
+    max_num_batched_tokens: int = Field(8192, ge=1, description="per replica, as vLLM's --max-num-batched-tokens")
+
+
 class PoolConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -96,6 +119,9 @@ class PoolConfig(BaseModel):
     dns_refresh_seconds: float = Field(0.0, ge=0.0, description="re-resolve hostnames (headless Service); 0 = off")
     speculation: SpeculationConfig | None = Field(None, description="how the pool speculates; omitted: a plain pool")
     max_num_seqs: int = Field(256, ge=1, description="per replica, as the server was started")
+    max_num_batched_tokens: int = Field(8192, ge=1, description="per replica, as the server was started "
+                                                               "(--max-num-batched-tokens): the fleet plan's "
+                                                               "prefill chunk")
     sampling_defaults: SamplingDefaults | None = Field(
         None, description="what the pool's server applies when a client omits a setting (the model's generation "
                           "config); unset: the model family's where draftgate knows it (Qwen3: temperature 0.6, "
@@ -161,6 +187,11 @@ class ModelPolicy(BaseModel):
         99.0, gt=0.0, le=100.0, description="the percentile the targets are meant at, to read them against the "
                                             "dashboard's latency histograms; the gate holds each request's "
                                             "predicted mean")
+    fleet_objective: Literal["capacity", "cost"] = Field(
+        "capacity", description="what the fleet plan (which pool serves each kind of request, and the fleet it "
+                                "recommends) makes best: capacity, the most traffic within the latency targets, for "
+                                "a fixed fleet; cost, the fewest busy GPU-seconds per token, for a fleet that scales "
+                                "with load")
 
 
 class ApiKey(BaseModel):
@@ -295,6 +326,20 @@ class ProxySettings(BaseSettings):
         86_400.0, gt=0.0, description="how long a shared conversation placement or shape lasts without being "
                                       "seen again")
     drift_window: int = Field(200, ge=10, description="requests over which predicted-observed drift is averaged")
+    routing: dict[str, str] = Field(
+        default_factory=dict, description="kind of request (tool, tool_auto, json, reasoning, prose) -> the pool "
+                                          "that serves it, as draftgate plan recommends; the proxy's own plan "
+                                          "replaces it once it has seen traffic (plan_interval; 0 keeps it). "
+                                          "Empty: each request goes where the gate prices it cheapest until then")
+    assignment_interval: float = Field(
+        5.0, gt=0.0, description="seconds between recomputations of each kind's shares: a pool nearing its limit "
+                                 "spills the kind whose move costs least")
+    plan_interval: float = Field(
+        300.0, ge=0.0, description="seconds between fleet plans from the proxy's own traffic: which pool each kind "
+                                   "goes to, and the fleet it would recommend (draftgate_plan_*); 0: never")
+    plan_candidates: list[CandidatePool] = Field(
+        default_factory=list, description="the pool configurations the recommended fleet is made of; empty: plain, "
+                                          "a draft model at depth 2, 4 and 8, an EAGLE-3 head at 3, ngram at 4")
     tls_ca_file: Path | None = Field(
         None, description="CA bundle that verifies pools served over https (a private CA); default: the "
                           "system's trust store")
@@ -367,6 +412,11 @@ class ProxySettings(BaseSettings):
         names = [p.name for p in self.pools]
         if len(set(names)) != len(names):
             raise ValueError(f"pool names must be unique, got {names}")
+        for kind, pool in self.routing.items():
+            if kind not in KINDS:
+                raise ValueError(f"routing: {kind!r} is no kind of request; the kinds are {', '.join(KINDS)}")
+            if pool not in names:
+                raise ValueError(f"routing: {kind} goes to {pool!r}, which is none of the pools ({', '.join(names)})")
         return self
 
     @classmethod

@@ -24,6 +24,7 @@ from draftgate.policy.structure.sampling import SamplingDefaults
 from draftgate.proxy.config import (
     READ_AT_STARTUP,
     ApiKey,
+    CandidatePool,
     ModelPolicy,
     PoolConfig,
     ProxySettings,
@@ -39,6 +40,7 @@ SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("default_policy, models.*", ModelPolicy),
     ("structure_priors", StructurePriors),
     ("api_keys[]", ApiKey),
+    ("plan_candidates[]", CandidatePool),
 )
 
 _INTRO = """\

@@ -61,6 +61,11 @@ class Labelled:
             child = self._children[key] = self.metric.labels(**labels)
         return child
 
+    def clear(self) -> None:
+        """Every labelled child gone, from the registry and from here."""
+        self.metric.clear()
+        self._children.clear()
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.metric, name)
 
@@ -173,6 +178,20 @@ class ProxyMetrics:
         self.break_even_alpha = Gauge("draftgate_break_even_acceptance",
                                       "Break-even acceptance alpha* per pool and concurrency band.",
                                       ["model", "pool", "load_band", "form"], registry=r)
+        self.assignment_share = Gauge("draftgate_assignment_share", "The share of each kind of request the gate "
+                                      "sends to each pool: the fleet plan's assignment, spilled under load.",
+                                      ["kind", "pool"], registry=r)
+        self.plan_gpus = Gauge("draftgate_plan_recommended_gpus", "GPUs of each pool of the fleet the plan "
+                               "recommends for the traffic seen, and the kinds of request it serves.",
+                               ["pool", "kinds"], registry=r)
+        self.plan_capacity = Gauge("draftgate_plan_capacity_requests_per_second", "Requests a second a fleet serves "
+                                   "within the latency targets, as the plan predicts it: the running fleet, the one "
+                                   "it recommends, the best of one configuration.", ["fleet"], registry=r)
+        self.plan_gain = Gauge("draftgate_plan_predicted_gain_ratio", "How much more the recommended fleet would "
+                               "serve than the running one within the targets (0.1: 10% more), as predicted.",
+                               registry=r)
+        self.plan_recommendation = Gauge("draftgate_plan_recommendation", "1, labelled with the fleet the plan "
+                                         "recommends, in words.", ["fleet"], registry=r)
         self.calibration_parameter = Gauge("draftgate_calibration_parameter", "Calibration parameters in use.",
                                            ["model", "parameter"], registry=r)
         self.calibration_age = Gauge("draftgate_calibration_age_seconds", "Age of the calibration in use.",

@@ -162,13 +162,7 @@ class Monitor:
             values = parse_vllm_metrics(body.decode("utf-8", "replace"))
         except (UpstreamError, ValueError):
             return
-        # the ones that finished while the scrape was under way may still be in what it read
-        replica.finished_since_scrape = max(0, replica.finished_since_scrape - finished_before)
-        replica.running = values.get("running", 0.0)
-        replica.waiting = values.get("waiting", 0.0)
-        replica.kv_usage = values.get("kv_usage", 0.0)
-        replica.scraped_at = time.monotonic()
-        replica.counters = values
+        replica.took_scrape(values, finished_before, time.monotonic())
         if self.on_scrape is not None:
             quiet = before == (replica.started, 0) and replica.inflight == 0
             self.on_scrape(pool, replica, values, quiet)

@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import logging
 import random
-from collections import OrderedDict
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
+from draftgate.policy import fleet
+from draftgate.policy.assignment import Assignment, Capacity, Turns, spill
 from draftgate.policy.calibration import Calibration, CalibrationError
+from draftgate.policy.fleet import Recommendation, TrafficWindow
 from draftgate.policy.gate import Affinity, Decision, GatePolicy, decide
 from draftgate.policy.structure import (
     ObservedStructure,
@@ -28,7 +33,7 @@ from draftgate.policy.structure.learner import shared_shape_key
 from draftgate.proxy.affinity import AffinityTable, Conversation, Match
 from draftgate.proxy.calibration_file import load_calibration
 from draftgate.proxy.callers import Caller, seconds
-from draftgate.proxy.config import ConfigError, ModelPolicy, ProxySettings
+from draftgate.proxy.config import ConfigError, ModelPolicy, ProxySettings, SpeculationConfig
 from draftgate.proxy.endpoints import BY_NAME
 from draftgate.proxy.metrics import ProxyMetrics
 from draftgate.proxy.pools import Pool, PoolSet
@@ -50,24 +55,24 @@ class Plan:
     order: list[str]  # pools to try, the route first
     explored: bool = False  # sent to the pool the gate did not choose, to measure the counterfactual
     caller: Caller = field(default_factory=Caller)
+    assigned: Mapping[str, float] | None = None  # the shares of its kind, when the fleet plan's assignment routed it
 
     @property
     def route(self) -> str:
         return self.order[0]
 
+    def cached_share(self, pool: str) -> float:
+        """The share of the prompt ``pool`` holds in its prefix cache, as the gate reckons it (its
+        conversation's placement)."""
+        match = self.affinity
+        if match is None or match.placement.pool != pool:
+            return 0.0
+        return min(1.0, match.cached_tokens / max(1.0, self.estimate.prompt_tokens))
+
     @property
     def request_class(self) -> str:
-        """A low-cardinality label for what kind of request this is."""
-        e = self.estimate
-        if e.thinking:
-            return "reasoning"
-        if e.constrained and e.p_tool_call >= 1.0:
-            return "tool"
-        if e.constrained:
-            return "json"
-        if e.p_tool_call > 0:
-            return "tool_auto"
-        return "prose"
+        """A low-cardinality label for what kind of request this is (``kind_of``)."""
+        return kind_of(self.estimate)
 
     def headers(self, route: str | None = None) -> dict[str, str]:
         """What the client is told of the decision; ``route`` is where it was served, if not the plan's."""
@@ -101,7 +106,23 @@ class Plan:
             "affinity": None if self.affinity is None else {
                 "pool": self.affinity.placement.pool, "cached_tokens": self.affinity.cached_tokens,
                 "via": self.affinity.via},
+            "kind": self.request_class,
+            "assignment": None if self.assigned is None else dict(self.assigned),
         }
+
+
+def kind_of(e: StructureEstimate) -> str:
+    """What kind of request the estimate says it is, of ``config.KINDS``: what the fleet is planned and
+    routed for, and the class label of the metrics."""
+    if e.thinking:
+        return "reasoning"
+    if e.constrained and e.p_tool_call >= 1.0:
+        return "tool"
+    if e.constrained:
+        return "json"
+    if e.p_tool_call > 0:
+        return "tool_auto"
+    return "prose"
 
 
 class Reading(NamedTuple):
@@ -121,26 +142,86 @@ def load_calibration_or_defaults(settings: ProxySettings) -> Calibration:
         raise ConfigError(f"invalid configuration: calibration_file: {exc}") from None
 
 
+# decisions the assignment may overrule: those made on the costs alone or by the gate's own habits; not a
+# request vLLM would not speculate, n > 1, a mode, a pool out of rotation or at capacity
+_FOLLOWS_ASSIGNMENT = ("content", "latency_target", "hysteresis")
+AFFINITY_HOLD_TOKENS = 1024  # a conversation with this much of its prefix cached stays where it is
+RATE_WINDOW_SECONDS = 60.0  # the kinds' arrival rates are taken over this
+ARRIVALS_KEPT = 100_000  # at most, within the window: past 1,600 requests a second the rates read low
+
+
+def candidate_of(name: str, speculation: SpeculationConfig | None, max_num_seqs: int,
+                 max_num_batched_tokens: int) -> fleet.Candidate:
+    """A pool's configuration as the fleet plan weighs it."""
+    if speculation is None:
+        return fleet.Candidate(name, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
+    return fleet.Candidate(name, speculation.method, speculation.gamma, speculation.lookup,
+                           tuple(tuple(row) for row in speculation.num_speculative_tokens_per_batch_size),
+                           max_num_seqs, max_num_batched_tokens,
+                           speculation.draft_prefill_ratio if speculation.method == "draft_model" else 0.0)
+
+
+@dataclass(frozen=True)
+class FleetInputs:
+    traffic: fleet.Traffic
+    calibration: Calibration
+    running: tuple[tuple[fleet.Candidate, int], ...]  # each pool as it runs, and its replicas
+    candidates: tuple[fleet.Candidate, ...]
+    targets: fleet.Targets
+    objective: str
+
+
+@dataclass(frozen=True)
+class FleetPlan:
+    assignment: fleet.Composition  # the running fleet, each kind to the pool that serves it best
+    capacities: list[Capacity]  # what one GPU of each running pool takes of each kind
+    recommendation: Recommendation | None  # the best fleet of as many GPUs, beside the running one
+
+
+def plan_fleet(inputs: FleetInputs, recommend: bool = True) -> FleetPlan:
+    """The fleet plan (pure, and seconds of CPU: the proxy runs it off its event loop); ``recommend``: weigh
+    the fleets that could be run too, not only the running one's assignment."""
+    best, capacities = fleet.best_assignment(inputs.traffic, inputs.calibration, inputs.running, inputs.targets,
+                                             inputs.objective)
+    recommendation = fleet.recommend(inputs.traffic, inputs.calibration, sum(n for _, n in inputs.running),
+                                     inputs.candidates, inputs.targets, inputs.objective,
+                                     current=best.pools) if recommend else None
+    return FleetPlan(best, capacities, recommendation)
+
+
 class Planner:
     """``pools``: read for their load, never changed here; ``metrics``: where the
     exploration share is counted."""
 
     def __init__(self, settings: ProxySettings, pools: PoolSet, metrics: ProxyMetrics,
-                 shared: SharedState | None = None) -> None:
+                 shared: SharedState | None = None, calibration: Calibration | None = None,
+                 seed: int | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         """``shared``: the store proxy replicas share (``proxy/shared_state.py``), if any:
         what it knows of a request is pulled in before the request is planned, and what
-        its answer taught is pushed to it."""
+        its answer taught is pushed to it. ``calibration``: in place of the settings'
+        file; ``seed``: for the draws that thin traffic and explore, and ``clock``: the
+        time, where a run must repeat exactly (the evaluation's simulation)."""
         self.settings = settings
         self.pools = pools
         self.metrics = metrics
         self.shared = shared
-        self.calibration = load_calibration_or_defaults(settings)
+        self.clock = clock
+        self.traffic = TrafficWindow()
+        # which pool each kind of request goes to: the base (configured, then the proxy's own plan) and its
+        # spill under load; the kinds' arrivals it is spilled by
+        self._base: Assignment | None = Assignment.whole(settings.routing) if settings.routing else None
+        self.assignment: Assignment | None = self._base
+        self._capacities: list[Capacity] = []
+        self._turns = Turns()
+        self._arrivals: deque[tuple[float, str]] = deque(maxlen=ARRIVALS_KEPT)
+        self.recommendation: Recommendation | None = None
+        self.calibration = calibration if calibration is not None else load_calibration_or_defaults(settings)
         self.learner = StructureLearner(capacity=settings.learner_capacity)
         self.affinity = AffinityTable(settings.affinity_capacity)
         # the keys replicas share are hashed alike in every process; this proxy's alone, faster
         self._shape_key = shared_shape_key if shared is not None else shape_key
         self._last_route: OrderedDict[str, str] = OrderedDict()
-        self._random = random.Random()
+        self._random = random.Random(seed)
         self._derive_from_settings()
 
     def _derive_from_settings(self) -> None:
@@ -172,7 +253,8 @@ class Planner:
         return GatePolicy(mode=config.mode, margin=config.margin, hysteresis=config.hysteresis,
                           kv_cache_full=self.settings.kv_cache_full, kv_cache_ramp=self.settings.kv_cache_ramp,
                           tpot_target=seconds(config.tpot_target_ms), ttft_target=seconds(config.ttft_target_ms),
-                          objective=config.objective, gpu_budget=seconds(config.gpu_budget_ms_per_token))
+                          objective=config.objective, gpu_budget=seconds(config.gpu_budget_ms_per_token),
+                          fleet_objective=config.fleet_objective)
 
     def read(self, body: dict[str, Any], endpoint: str, context: int | None = None) -> Reading:
         """What the gate reads in a request before it weighs the pools."""
@@ -209,12 +291,91 @@ class Planner:
         if len(views) < len(self.pools.pools):
             decision = replace(decision, reasons=(f"{model} is served only by {', '.join(v.name for v in views)}",
                                                   *decision.reasons))
+        kind = kind_of(blended)
+        self._arrivals.append((self.clock(), kind))
+        shares = self.assignment.of(kind) if self.assignment is not None else {}
+        if shares and decision.cause in _FOLLOWS_ASSIGNMENT and not caller.chose_mode:
+            decision = self._assigned(decision, kind, shares, match)
+        else:
+            shares = {}
         order = [decision.route] + [c.pool for c in sorted(decision.costs, key=lambda c: c.cost_per_token)
                                     if c.pool != decision.route]
         self._remember(shape, decision.route)
-        plan = Plan(body, endpoint, model, blended, shape, conversation, match, decision, order, caller=caller)
-        self._maybe_explore(plan, policy.mode)
+        plan = Plan(body, endpoint, model, blended, shape, conversation, match, decision, order, caller=caller,
+                    assigned=shares or None)
+        if not shares:
+            self._maybe_explore(plan, policy.mode)
         return plan
+
+    def _assigned(self, decision: Decision, kind: str, shares: Mapping[str, float], match: Match | None) -> Decision:
+        """The decision as the assignment routes the kind: in turn among its pools that can take it now, but a
+        conversation stays on the pool that holds enough of its prefix."""
+        open_pools = {c.pool for c in decision.costs if c.eligible and c.has_room}
+        if match is not None and match.placement.pool in open_pools and match.cached_tokens >= AFFINITY_HOLD_TOKENS:
+            route, why = match.placement.pool, (f"kept on {match.placement.pool}, which holds "
+                                                f"~{match.cached_tokens:.0f} tokens of its prefix")
+        else:
+            chosen = self._turns.next(kind, shares, open_pools)
+            if chosen is None:
+                return replace(decision, reasons=(*decision.reasons, f"no pool assigned {kind} can take it now: "
+                                                                     "the gate's choice stands"))
+            route, why = chosen, f"assigned: {kind} goes to " + ", ".join(
+                f"{p} {s:.0%}" for p, s in sorted(shares.items()))
+        cost = decision.cost_of(route)
+        assert cost is not None
+        return replace(decision, route=route, cause="assignment", predicted_saving=cost.saving,
+                       predicted_tau=dict(cost.tau) if cost.saving else decision.predicted_tau,
+                       reasons=(*decision.reasons, why))
+
+    # ------------------------------------------------------------ the fleet plan
+
+    def rates(self, now: float) -> dict[str, float]:
+        """Requests a second of each kind over the last ``RATE_WINDOW_SECONDS``."""
+        arrivals = self._arrivals
+        while arrivals and arrivals[0][0] < now - RATE_WINDOW_SECONDS:
+            arrivals.popleft()
+        counts: dict[str, int] = {}
+        for _, kind in arrivals:
+            counts[kind] = counts.get(kind, 0) + 1
+        return {kind: n / RATE_WINDOW_SECONDS for kind, n in counts.items()}
+
+    def refresh(self) -> None:
+        """Spill the base assignment as the kinds' current rates need it (``assignment.spill``)."""
+        if self._base is not None and self._capacities:
+            self.assignment = spill(self._base, self.rates(self.clock()), self._capacities)
+
+    def replan(self, recommend: bool = True) -> Recommendation | None:
+        """Plan the fleet from the traffic of the last minutes and take the plan (``fleet_inputs``,
+        ``plan_fleet``, ``adopt``); None without traffic, or when not asked to ``recommend`` a fleet (what
+        the routing needs is the assignment alone). The proxy runs the middle step off its event loop."""
+        inputs = self.fleet_inputs()
+        if inputs is None:
+            return None
+        return self.adopt(plan_fleet(inputs, recommend))
+
+    def fleet_inputs(self) -> FleetInputs | None:
+        """What the fleet plan needs, copied out of the proxy's state: the traffic of the last minutes, the
+        pools as they run, the candidates, the targets and objective of the busiest model. None without traffic."""
+        traffic = self.traffic.traffic(self.clock())
+        if traffic is None:
+            return None
+        policy = self.gate_policy(self.traffic.busiest_model())
+        targets = fleet.Targets(policy.ttft_target or fleet.Targets().ttft, policy.tpot_target or fleet.Targets().tpot)
+        running = tuple((candidate_of(p.name, p.config.speculation, p.config.max_num_seqs,
+                                      p.config.max_num_batched_tokens), max(1, len(p.replicas_in_rotation())))
+                        for p in self.pools)
+        candidates = tuple(candidate_of(c.name, c.speculation, c.max_num_seqs, c.max_num_batched_tokens)
+                           for c in self.settings.plan_candidates) or fleet.default_candidates()
+        return FleetInputs(traffic, self.calibration, running, candidates, targets, policy.fleet_objective)
+
+    def adopt(self, planned: FleetPlan) -> Recommendation | None:
+        """Route by the plan: its assignment for the running fleet becomes the base, spilled at once."""
+        self._base = Assignment.whole(planned.assignment.assignment())
+        self._capacities = planned.capacities
+        self.recommendation = planned.recommendation or self.recommendation
+        self.assignment = self._base
+        self.refresh()
+        return planned.recommendation
 
     def fallback_plan(self, body: dict[str, Any], endpoint: str, error: Exception,
                       serving: set[str] | None = None, caller: Caller | None = None) -> Plan:
@@ -247,6 +408,9 @@ class Planner:
         measured) and where its conversation's prefix is now cached."""
         if measured is not None and measured.total_tokens > 0 and plan.shape:  # a fallback plan has no shape
             self.learner.observe(plan.shape, measured)
+            self.traffic.add(self.clock(), plan.request_class, measured.total_tokens,
+                             prompt_tokens * (1.0 - plan.cached_share(pool)), measured.w_s, measured.w_r,
+                             plan.estimate.temperature, plan.model or "")
         self.affinity.record(plan.conversation, pool, replica, prompt_tokens)
         if self.shared is not None:
             self.shared.push(plan.shape, measured, plan.conversation, (pool, replica, float(prompt_tokens)))

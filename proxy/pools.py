@@ -53,6 +53,17 @@ class Replica:
         self.inflight += 1
         self.started += 1
 
+    def took_scrape(self, values: dict[str, float], finished_before: int, now: float) -> None:
+        """What a scrape of its ``/metrics`` read (``monitor.parse_vllm_metrics``), taken as its load;
+        ``finished_before``: requests seen to finish here before the scrape left, the rest may still be
+        in what it read."""
+        self.finished_since_scrape = max(0, self.finished_since_scrape - finished_before)
+        self.running = values.get("running", 0.0)
+        self.waiting = values.get("waiting", 0.0)
+        self.kv_usage = values.get("kv_usage", 0.0)
+        self.scraped_at = now
+        self.counters = values
+
     @property
     def load(self) -> float:
         """Running requests: the scrape corrected for what finished since, or our own count."""

@@ -357,8 +357,11 @@ class Recorder:
         }
         if measured is not None:
             record["w_s_observed"] = round(measured.w_s, 4)
+            record["w_r_observed"] = round(measured.w_r, 4)
             record["completion_tokens"] = measured.total_tokens
             record["prompt_tokens"] = observation.prompt_tokens or round(plan.estimate.prompt_tokens)
+            record["cached_tokens"] = round(record["prompt_tokens"] * plan.cached_share(route))
+            record["temperature"] = plan.estimate.temperature
         if tau_obs is not None:
             record["tau_observed"] = round(tau_obs, 3)
             record["saving_modelled"] = round(saving_obs or 0.0, 4)

@@ -35,8 +35,8 @@ def small_plan(on_url: str, off_url: str, arms: list[str], requests: int = 6) ->
 def _law_view_of_physics(physics: EngineProfile, batch: int, context: int = 200) -> tuple[float, float]:
     """The target's step at ``batch`` (c_T) and a depth-8 round's extra cost per draft
     position relative to it (delta + d), as the emulator's physics puts them."""
-    plain = step_time(physics, [Work(context, 1)] * batch, None, 0).seconds
-    round_ = step_time(physics, [Work(context, 9, 8)] * batch, "draft_model", 8).seconds
+    plain = step_time(physics, [Work(context, 1)] * batch, None).seconds
+    round_ = step_time(physics, [Work(context, 9, 8)] * batch, "draft_model").seconds
     return plain, (round_ / plain - 1) / 8
 
 
@@ -53,7 +53,7 @@ def test_calibration_recovers_the_emulators_parameters(profile_seed: int, tmp_pa
             plain, overhead = _law_view_of_physics(physics, b)
             assert fit.c_t[b] == pytest.approx(plain * SCALE, rel=0.10), b
             assert fit.overhead[b] == pytest.approx(overhead, rel=0.15), b
-        prefill = step_time(physics, [Work(0, 1000)], None, 0).seconds / 1000
+        prefill = step_time(physics, [Work(0, 1000)], None).seconds / 1000
         assert fit.calibration.prefill_seconds_per_token == pytest.approx(prefill * SCALE, rel=0.25)
 
         # predicted tau per class against fresh traffic on the speculation pool

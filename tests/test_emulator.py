@@ -572,7 +572,7 @@ def test_the_clock_is_the_gpu_time_of_the_steps_and_every_second_is_charged_to_a
             assert busy * scale * 0.95 < wall < busy * scale * 3.0 + 0.2, (wall, busy * scale)
             if not speculative:  # one sequence alone: each decode step is one target pass
                 profile = EngineProfile()
-                one = step_time(profile, [Work(20, 1)], None, 0).seconds
+                one = step_time(profile, [Work(20, 1)], None).seconds
                 assert known["tpot"] == pytest.approx(one, rel=0.05)
 
 

@@ -106,21 +106,21 @@ def test_a_step_grows_with_batch_and_context_and_verification_turns_compute_boun
     profile = EngineProfile()
 
     def step(batch: int, context: int, draft: int = 0, method: str | None = None) -> float:
-        return step_time(profile, [Work(context, 1 + draft, draft)] * batch, method, draft).seconds
+        return step_time(profile, [Work(context, 1 + draft, draft)] * batch, method).seconds
 
     assert step(1, 1000) < step(32, 1000) < step(64, 1000)
     assert step(32, 1000) < step(32, 8000)
     # one sequence: verifying 9 tokens reads the same weights as decoding 1 (bandwidth-bound)
-    plain = step_time(profile, [Work(1000, 1)], None, 0).seconds
-    verify_one = step_time(profile, [Work(1000, 9)], None, 0).seconds
+    plain = step_time(profile, [Work(1000, 1)], None).seconds
+    verify_one = step_time(profile, [Work(1000, 9)], None).seconds
     assert verify_one < plain * 1.05
     # 64 sequences: 576 tokens in flight are compute-bound, dearer than 64
-    assert step_time(profile, [Work(1000, 9)] * 64, None, 0).seconds > 1.5 * step(64, 1000)
+    assert step_time(profile, [Work(1000, 9)] * 64, None).seconds > 1.5 * step(64, 1000)
     # the draft model's passes: about a fifth of a target pass each at batch 1 (the design's 0.2-0.3)
     d = (step(1, 1000, 8, "draft_model") - verify_one) / 8 / plain
     assert 0.12 < d < 0.35, d
     # the charges add up to the step
     mixed = [Work(500, 1, 0), Work(0, 2000, 0, 2000), Work(3000, 5, 4)]
-    timed = step_time(profile, mixed, "draft_model", 4)
+    timed = step_time(profile, mixed, "draft_model")
     assert sum(timed.charges) == pytest.approx(timed.seconds)
     assert timed.charges[1] > timed.charges[0]  # the prefill of 2,000 tokens is the dear part

@@ -24,6 +24,7 @@ from draftgate.policy.calibration import (
     METHOD_DEFAULTS,
     Calibration,
     ClassValues,
+    CopyCoefficients,
     Curve,
     PoolCalibration,
     RhoTable,
@@ -61,6 +62,9 @@ class Plan:
     requests: int
     dynamic_k: Pool | None = None
     workloads: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # what makes each prefill prompt unlike any other, so no cache holds it: random, or given
+    # where a run must repeat exactly
+    nonce: Callable[[int], str] = field(default=lambda i: uuid.uuid4().hex, repr=False)
 
     def runs(self) -> list[tuple[str, str, Pool, int, str]]:
         """(kind, arm, pool, concurrency, regime), timing runs first."""
@@ -94,12 +98,13 @@ def timing_bodies(workload: list[dict[str, Any]], requests: int, concurrency: in
     return [workload[i % len(workload)] for i in range(count)]
 
 
-def prefill_bodies(model: str, n: int) -> list[dict[str, Any]]:
-    """Prompts of spread lengths that no cache can hold (each starts with a fresh nonce)."""
+def prefill_bodies(model: str, n: int, nonce: Callable[[int], str] = lambda i: uuid.uuid4().hex
+                   ) -> list[dict[str, Any]]:
+    """Prompts of spread lengths that no cache can hold (each starts with its own ``nonce``)."""
     bodies = []
     for i in range(max(n, 4)):
         words = 150 + (i * 1850) // max(1, max(n, 4) - 1)
-        text = f"{uuid.uuid4().hex} " + " ".join(f"w{j % 97}" for j in range(words))
+        text = f"{nonce(i)} " + " ".join(f"w{j % 97}" for j in range(words))
         bodies.append({"model": model, "messages": [{"role": "user", "content": text}], "max_tokens": 1})
     return bodies
 
@@ -119,10 +124,20 @@ def load_state(path: Path) -> dict[str, dict[str, Any]]:
     return state
 
 
-def execute(plan: Plan, state_path: Path, progress: Callable[[int, int, str], None] | None = None
-            ) -> dict[str, dict[str, Any]]:
-    """Run every planned batch not already in the state file."""
-    state = load_state(state_path)
+Batch = Callable[[Pool, list[dict[str, Any]], Record, str], tuple[list[Record], dict[str, float]]]
+
+
+def over_http(pool: Pool, bodies: list[dict[str, Any]], template: Record, model: str
+              ) -> tuple[list[Record], dict[str, float]]:
+    """A batch run against the pool's server (``runner.run_batch``)."""
+    return asyncio.run(run_batch(pool.url, bodies, template, model))
+
+
+def execute(plan: Plan, state_path: Path | None, progress: Callable[[int, int, str], None] | None = None,
+            batch: Batch = over_http) -> dict[str, dict[str, Any]]:
+    """Run every planned batch not already in the state file (None: keep the state in memory);
+    ``batch`` runs one against a pool."""
+    state = load_state(state_path) if state_path is not None else {}
     runs = plan.runs()
     for i, (kind, arm, pool, c, regime) in enumerate(runs):
         k = key(kind, arm, pool, c, regime)
@@ -130,14 +145,15 @@ def execute(plan: Plan, state_path: Path, progress: Callable[[int, int, str], No
             progress(i, len(runs), k)
         if k in state:
             continue
-        bodies = prefill_bodies(plan.model, plan.requests) if kind == "prefill" else timing_bodies(
+        bodies = prefill_bodies(plan.model, plan.requests, plan.nonce) if kind == "prefill" else timing_bodies(
             plan.workloads[arm], plan.requests, c if kind == "timing" else 1)
         template = Record(arm=arm, pool=pool.name, gamma=pool.gamma, concurrency=c, regime=regime,
                           kind="entropy" if kind == "entropy" else "timing", index=0)
-        records, deltas = asyncio.run(run_batch(pool.url, bodies, template, plan.model))
+        records, deltas = batch(pool, bodies, template, plan.model)
         entry = {"key": k, "records": [r.as_json() for r in records], "counters": deltas}
-        with state_path.open("a") as f:
-            f.write(json.dumps(entry) + "\n")
+        if state_path is not None:
+            with state_path.open("a") as f:
+                f.write(json.dumps(entry) + "\n")
         state[k] = entry
     if progress:
         progress(len(runs), len(runs), "done")
@@ -339,7 +355,8 @@ def _calibration(plan: Plan, state: dict[str, dict[str, Any]], c_t: dict[int, fl
         pools[p.name] = PoolCalibration(
             method=p.method, gamma=p.gamma, draft_cost=pool_fit.draft_cost,
             delta=Curve(points=pool_fit.delta) if pool_fit.delta else default.delta, tau_greedy=tau_values,
-            kappa=None if pool_fit.kappa is None else max(1e-3, min(5.0, pool_fit.kappa)))
+            kappa=None if pool_fit.kappa is None else max(1e-3, min(5.0, pool_fit.kappa)),
+            copy_rates=_copy_rates(p, state) if p.copies else None)
     passes = [(float(b), v) for b, v in sorted(c_t.items())] or list(defaults.target_pass_seconds.points)
     return Calibration(
         source="measured", model=plan.model, created=datetime.now(timezone.utc), kappa=max(1e-3, min(5.0, kappa)),
@@ -348,6 +365,26 @@ def _calibration(plan: Plan, state: dict[str, dict[str, Any]], c_t: dict[int, fl
         prefill_seconds_per_token=prefill if prefill is not None else defaults.prefill_seconds_per_token,
         pools=pools, sample_sizes={k.split("|")[0] + ":" + k.split("|")[1]: len(v["records"]) for k, v in state.items()},
     )
+
+
+def _copy_rates(pool: Pool, state: dict[str, dict[str, Any]]) -> CopyCoefficients | None:
+    """A lookup pool's own coefficients (``copying.fit_rates``), from what each greedy request held to copy
+    and what the pool accepted of its answer, carried to depth 4 where they are stated; None without both
+    a schema-bound and a prose request to fit on."""
+    samples = []
+    for r in records_of(state, "timing", pool.name, regime="greedy"):
+        if r.completion_tokens <= 0 or not r.spec_steps:
+            continue
+        cls = "s" if r.w["s"] >= 0.5 else "f"
+        sources = copying.CopySources(r.copy_chars, r.copy_code, r.copy_calls)
+        samples.append((cls, sources, r.completion_tokens, round(r.accepted / copying.depth_factor(pool.gamma)),
+                        r.drafted))
+    if not {"s", "f"} <= {c for c, *_ in samples}:
+        return None
+    fitted = copying.fit_rates(samples)
+    return CopyCoefficients(s_base=min(1.0, fitted.s_base), s_history=min(1.0, fitted.s_history),
+                            f_base=min(1.0, fitted.f_base), f_context=min(1.0, fitted.f_context),
+                            f_code=min(1.0, fitted.f_code), drafted_per_accepted=max(0.1, fitted.drafted_per_accepted))
 
 
 def _uncertainty(plan: Plan, state: dict[str, dict[str, Any]], entropy_records: list[Record],

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from draftgate.policy.structure import TextParts, measure_parts
+from draftgate.policy.structure import TextParts, estimate, measure_parts
 from draftgate.proxy.monitor import parse_vllm_metrics
 
 
@@ -41,6 +41,11 @@ class Record:
     tau: float | None = None
     spec_steps: int = 0
     accepted: int = 0
+    drafted: int = 0  # draft tokens proposed (what a lookup found to copy)
+    # what the request held to copy (the estimator's reading): what a lookup pool's coefficients are fitted on
+    copy_chars: int = 0
+    copy_code: bool = False
+    copy_calls: int = 0
     w: dict[str, float] = field(default_factory=lambda: {"s": 0.0, "r": 0.0, "f": 1.0})
     digest: str = ""
     entropy: float | None = None
@@ -118,13 +123,24 @@ async def run_one(client: httpx.AsyncClient, url: str, body: dict[str, Any], rec
     else:
         response = await client.post(f"{url}/v1/chat/completions", json=body, timeout=600)
         record.status = response.status_code
-        payload = response.json()
-        parts.add_chunk(payload)
-        _speculation(payload, record)
-        record.prompt_tokens = int((payload.get("usage") or {}).get("prompt_tokens") or 0)
-        _entropy(payload, record)
+        read_whole_answer(record, response.json(), parts)
     record.total = time.perf_counter() - start
+    return settle(record, body, parts)
+
+
+def read_whole_answer(record: Record, payload: dict[str, Any], parts: TextParts) -> None:
+    """What a whole (non-streamed) answer says: its text, speculation, prompt and top logprobs."""
+    parts.add_chunk(payload)
+    _speculation(payload, record)
+    record.prompt_tokens = int((payload.get("usage") or {}).get("prompt_tokens") or 0)
+    _entropy(payload, record)
+
+
+def settle(record: Record, body: dict[str, Any], parts: TextParts) -> Record:
+    """The record's measures of the answer ``parts`` hold: tokens by class, and its digest."""
     observed = measure_parts(body, parts)
+    sources = estimate(body).copyable
+    record.copy_chars, record.copy_code, record.copy_calls = sources.text_chars, sources.code, sources.earlier_calls
     record.completion_tokens = int(observed.total_tokens)
     record.w = {"s": observed.w_s, "r": observed.w_r, "f": observed.w_f}
     text = "\x1e".join(["".join(parts.reasoning), "".join(parts.content), "".join(parts.names),
@@ -147,6 +163,7 @@ def _speculation(payload: dict[str, Any], record: Record) -> None:
     if isinstance(spec, dict) and spec.get("num_spec_steps"):
         record.spec_steps = int(spec["num_spec_steps"])
         record.accepted = int(spec.get("num_accepted_draft_tokens") or 0)
+        record.drafted = int(spec.get("num_draft_tokens") or 0)
         record.tau = record.accepted / record.spec_steps
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import time
 import uuid
 from collections import deque
@@ -20,7 +19,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -32,11 +30,11 @@ from starlette.routing import Route
 
 from draftgate.emulator import truth, wire
 from draftgate.emulator.debug import debug_routes
-from draftgate.emulator.engine import Engine, Sequence, SpecConfig
+from draftgate.emulator.engine import Sequence, SpecConfig
 from draftgate.emulator.faults import CutShort, Faults
-from draftgate.emulator.lookup import AnswerCache, NgramProposer, Proposer, SuffixProposer, runs_from_each_position
 from draftgate.emulator.messages import Messages
 from draftgate.emulator.metrics import EngineMetrics
+from draftgate.emulator.pacing import PacedEngine, next_event
 from draftgate.emulator.profile import EngineProfile
 from draftgate.emulator.request_fields import (
     BadRequest,
@@ -47,15 +45,9 @@ from draftgate.emulator.request_fields import (
     typed,
 )
 from draftgate.emulator.responses import Responses
-from draftgate.emulator.speculation import position_model
-from draftgate.emulator.textgen import Generated, OutputToken, generate, request_digest
-from draftgate.emulator.tokens import (
-    block_hashes,
-    render_chat_prompt,
-    token_id,
-    tokenize,
-)
-from draftgate.emulator.vllm_request import completion_prompts, runs_without_speculation
+from draftgate.emulator.sequences import SequenceMaker
+from draftgate.emulator.textgen import Generated
+from draftgate.emulator.tokens import render_chat_prompt, token_id, tokenize
 
 EMULATOR_NOTE = "draftgate vLLM emulator (no GPU; simulated timing and acceptance)"
 EMULATED_VLLM_VERSION = "0.12.0+emulated"  # the API it mirrors (vLLM 0.12 and later)
@@ -69,6 +61,7 @@ class EmulatorConfig:
     per_request_metrics: str = "none"  # none | summary | detailed
     force_include_usage: bool = False
     max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
     seed: int = 0
     time_scale: float = 1.0
     faults: Faults = field(default_factory=Faults)
@@ -95,16 +88,12 @@ class Emulator:
         self.config = config
         self.faults = config.faults
         self.metrics = EngineMetrics(config.model)
-        self.engine: Engine | None = None
-        self.rng = random.Random(config.seed)
+        self.engine: PacedEngine | None = None
+        self.maker = SequenceMaker(config)
+        self.rng = self.maker.rng
         self.refuse_hook: Callable[[], None] | None = None
         # the last requests as received, for transparency tests
         self.received: deque[dict[str, Any]] = deque(maxlen=16)
-        self.generation_defaults = config.profile.generation_defaults
-        self.misalignment = config.profile.drafter(config.spec.method).misalignment if config.spec else 0.0
-        self.lookup_drafter = config.spec is not None and config.profile.drafter(config.spec.method).shape is None
-        # suffix decoding also copies from the answers this server gave before
-        self.answers = AnswerCache() if config.spec is not None and config.spec.method == "suffix" else None
 
     # ---------------------------------------------------------------- routes
 
@@ -160,12 +149,12 @@ class Emulator:
 
     # ---------------------------------------------------------------- core
 
-    def get_engine(self) -> Engine:
+    def get_engine(self) -> PacedEngine:
         """The engine, made on first use (the app's lifespan starts it)."""
         if self.engine is None:
-            self.engine = Engine(self.config.profile, self.config.spec,
-                                 self.config.max_num_seqs or self.config.profile.max_num_seqs,
-                                 self.config.time_scale, self.metrics)
+            self.engine = PacedEngine(self.config.profile, self.config.spec,
+                                      self.config.max_num_seqs or self.config.profile.max_num_seqs,
+                                      self.config.max_num_batched_tokens, self.config.time_scale, self.metrics)
         return self.engine
 
     async def _complete(self, request: Request, endpoint: str) -> Response:
@@ -184,7 +173,7 @@ class Emulator:
         if faults.error_status and self.rng.random() < faults.error_rate:
             return wire.error_response("injected fault", faults.error_status)
         try:
-            seqs, gens, prompt_len = self._sequences(body, endpoint)
+            seqs, gens, prompt_len = self.maker.sequences(body, endpoint)
             for seq in seqs:
                 self.get_engine().submit(seq)
         except ValueError as exc:
@@ -255,107 +244,19 @@ class Emulator:
             raise BadRequest("tool_choice must be none, auto, required or a named function", param="tool_choice")
         return body
 
-    def _sequences(self, body: dict[str, Any], endpoint: str) -> tuple[list[Sequence], list[Generated], int]:
-        """``n`` sequences for each prompt, prompt by prompt (a completions ``prompt`` may be a
-        batch: strings, or lists of token ids), and the prompt tokens of all of them."""
-        seqs: list[Sequence] = []
-        gens: list[Generated] = []
-        prompt_len = 0
-        for one in [{**body, "prompt": p} for p in completion_prompts(body)] if endpoint == "completions" else [body]:
-            more_seqs, more_gens, length = self._sequences_of_one(one, endpoint)
-            seqs += more_seqs
-            gens += more_gens
-            prompt_len += length
-        return seqs, gens, prompt_len
-
-    def _sequences_of_one(self, body: dict[str, Any], endpoint: str) -> tuple[list[Sequence], list[Generated], int]:
-        if endpoint == "chat":
-            prompt_text = render_chat_prompt(body.get("messages"), body.get("tools"))
-        else:
-            prompt = body.get("prompt")
-            prompt_text = prompt if isinstance(prompt, str) else " ".join(str(p) for p in prompt)
-        prompt_tokens = tokenize(prompt_text)
-        hashes = block_hashes(prompt_tokens, self.config.profile.block_size, body.get("cache_salt"))
-        temperature = wire.safe_float(body.get("temperature"), self.generation_defaults.get("temperature", 1.0))
-        digest = request_digest(body)
-        if temperature > 1e-5:
-            seed = body.get("seed")
-            digest ^= seed if isinstance(seed, int) and not isinstance(seed, bool) else self.rng.getrandbits(64)
-        cap = body.get("max_completion_tokens") or body.get("max_tokens")
-        speculate = self.config.spec is not None and not runs_without_speculation(
-            body, self.generation_defaults, endpoint, self.config.profile.speculation_blocked_by)
-        seqs, gens = [], []
-        for index in range(body.get("n", 1)):
-            gen = generate(body, self.config.profile, random.Random(digest if temperature <= 1e-5 else digest + index),
-                           endpoint)
-            if not gen.tokens:
-                gen.tokens.append(OutputToken("", "f", "content"))
-            if self.config.spec is not None and self.faults.mismatch_rate and self.rng.random() < self.faults.mismatch_rate:
-                _inject_mismatch(gen)
-            truncated = isinstance(cap, int) and len(gen.tokens) > cap
-            if truncated:
-                del gen.tokens[cap:]
-            lookups = self._lookups(prompt_tokens, [t.text for t in gen.tokens]) if self.lookup_drafter else None
-            positions = position_model([t.kind for t in gen.tokens], self.config.profile, temperature,
-                                       np.random.default_rng([self.config.seed, digest & 0xFFFFFFFF, index]),
-                                       self.misalignment, lookups)
-            seqs.append(Sequence(len(prompt_tokens), hashes, gen.tokens, wire.finish_reason(gen, truncated),
-                                 temperature, speculate, positions))
-            gens.append(gen)
-        return seqs, gens, len(prompt_tokens)
-
-    def _lookups(self, prompt: list[str], output: list[str]) -> tuple[list[int], list[int]]:
-        """What the lookup drafter proposes and gets right from each output position."""
-        spec = self.config.spec
-        assert spec is not None
-        depth = max([spec.num_speculative_tokens, *(k for _, _, k in spec.per_batch_size)])
-        proposer: Proposer = (SuffixProposer(prompt, self.answers) if self.answers is not None
-                              else NgramProposer(prompt, spec.lookup_min, spec.lookup_max))
-        runs = runs_from_each_position(proposer, output, depth)
-        if self.answers is not None:
-            self.answers.add(output)
-        return runs
-
     async def _wait(self, seq: Sequence) -> None:
         while True:
-            kind, _, _ = await seq.events.get()
+            kind, _, _ = await next_event(seq)
             if kind == "finish":
                 return
 
     def _spec_metrics(self, seqs: list[Sequence]) -> dict[str, Any] | None:
-        if self.config.spec is None or self.config.per_request_metrics == "none":
-            return None
-        if len(seqs) != 1:
-            return {"speculative_decoding": None}
-        return {"speculative_decoding": seqs[0].spec.as_json(self.config.per_request_metrics == "detailed")}
+        return wire.spec_metrics(seqs, self.config.per_request_metrics if self.config.spec is not None else "none")
 
     def _final_body(self, rid: str, body: dict[str, Any], endpoint: str, seqs: list[Sequence],
                     gens: list[Generated], prompt_len: int) -> dict[str, Any]:
-        top = body.get("top_logprobs") or 0
-        want_logprobs = body.get("logprobs") is True if endpoint == "chat" else isinstance(body.get("logprobs"), int)
-        choices = []
-        for i, (seq, gen) in enumerate(zip(seqs, gens)):
-            logprobs = None
-            if want_logprobs:
-                content = wire.logprobs_content(seq, gen, 0, seq.emitted, top if endpoint == "chat" else body["logprobs"])
-                logprobs = {"content": content}
-            if endpoint == "chat":
-                message = wire.chat_message(gen, seq.emitted, body.get("include_reasoning") is not False)
-                choices.append({"index": i, "message": message, "logprobs": logprobs,
-                                "finish_reason": seq.finish_reason, "stop_reason": None})
-            else:
-                choices.append({"index": i, "text": "".join(t.text for t in gen.tokens[: seq.emitted]),
-                                "logprobs": logprobs, "finish_reason": seq.finish_reason, "stop_reason": None,
-                                "prompt_logprobs": None})
-        out: dict[str, Any] = {
-            "id": rid, "object": "chat.completion" if endpoint == "chat" else "text_completion",
-            "created": int(time.time()), "model": self.config.model, "choices": choices,
-            "usage": wire.usage(prompt_len, sum(s.emitted for s in seqs)),
-        }
-        metrics = self._spec_metrics(seqs)
-        if metrics is not None:
-            out["metrics"] = metrics
-        return out
+        return wire.final_body(rid, self.config.model, body, endpoint, seqs, gens, prompt_len,
+                               self._spec_metrics(seqs))
 
     async def _stream(self, rid: str, body: dict[str, Any], endpoint: str, seqs: list[Sequence],
                       gens: list[Generated], prompt_len: int) -> AsyncIterator[bytes]:
@@ -380,7 +281,7 @@ class Emulator:
 
         async def pump(index: int, seq: Sequence) -> None:
             while True:
-                kind, start, end = await seq.events.get()
+                kind, start, end = await next_event(seq)
                 await queue.put((index, kind, start, end))
                 if kind == "finish":
                     return
@@ -433,19 +334,6 @@ class Emulator:
             for seq in seqs:
                 if not seq.finished:
                     self.get_engine().abort(seq)
-
-
-def _inject_mismatch(gen: Generated) -> None:
-    for tok in gen.tokens:
-        if tok.channel in ("content", "reasoning"):
-            tok.text = tok.text + "~"
-            return
-    if gen.calls:
-        gen.calls[0].name += "_"
-        for tok in gen.tokens:
-            if tok.channel == "tool_name":
-                tok.text = gen.calls[0].name
-                return
 
 
 async def _disconnected(request: Request) -> None:

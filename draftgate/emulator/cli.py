@@ -18,7 +18,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speculative-config", help="JSON, as vllm serve takes it; omit for speculation off")
     parser.add_argument("--per-request-spec-decode-metrics", choices=["none", "summary", "detailed"], default="none")
     parser.add_argument("--enable-force-include-usage", action="store_true")
-    parser.add_argument("--max-num-seqs", type=int)
+    parser.add_argument("--max-num-seqs", type=int, help="sequences a step may run (vLLM's default on an H200: 1024)")
+    parser.add_argument("--max-num-batched-tokens", type=int,
+                        help="tokens a step may schedule, decodes and prefill chunks (vLLM's default on an H200: 8192)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--time-scale", type=float, default=1.0, help="wall seconds per simulated second")
     parser.add_argument("--profile", help="engine profile YAML (defaults: 32B target on an H200)")
@@ -90,10 +92,13 @@ def build_config(args: argparse.Namespace) -> Any:
         raise CliError("--time-scale must be > 0")
     if args.max_num_seqs is not None and args.max_num_seqs < 1:
         raise CliError("--max-num-seqs must be >= 1")
+    if args.max_num_batched_tokens is not None and args.max_num_batched_tokens < 1:
+        raise CliError("--max-num-batched-tokens must be >= 1")
     return EmulatorConfig(
         model=args.model, profile=profile, spec=parse_speculative_config(args.speculative_config),
         per_request_metrics=args.per_request_spec_decode_metrics, force_include_usage=args.enable_force_include_usage,
-        max_num_seqs=args.max_num_seqs, seed=args.seed, time_scale=args.time_scale, faults=faults,
+        max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens, seed=args.seed,
+        time_scale=args.time_scale, faults=faults,
         # as vLLM reads it: an environment variable, not a flag
         responses_store=os.environ.get("VLLM_ENABLE_RESPONSES_API_STORE", "0").lower() in ("1", "true"),
         default_chat_template_kwargs=template,

@@ -1,38 +1,36 @@
-"""One continuous-batching loop per emulated server, shared by all its requests.
+"""One server's continuous-batching engine: what it schedules each step and what the step costs.
 
-Each step admits waiting sequences while ``max_num_seqs`` and the KV capacity
-allow, prefills them (only the tokens the prefix cache does not hold, plus the
-draft model's own prefill on a speculation server), and runs one decode round
-for the rest, all in one step as vLLM's chunked prefill schedules them. What
-the step costs comes from ``physics.step_time``: the GPU's bytes and FLOPs for
-the tokens in flight, the drafter's passes, fixed overheads. On a speculation
-server each sequence emits its accepted draft prefix plus one token.
+Each step schedules the running sequences first and then admits waiting ones,
+as vLLM's V1 scheduler does, within a budget of ``max_num_batched_tokens``
+tokens: a decoding sequence takes one token and its draft, a prefilling one a
+chunk of its prompt (only what the prefix cache does not hold, plus the draft
+model's own prefill on a speculation server). Admission also needs a free
+sequence slot (``max_num_seqs``) and KV room for the whole sequence. What the
+step costs comes from ``physics.step_time``: the GPU's bytes and FLOPs for the
+tokens in flight, the drafter's passes, fixed overheads. On a speculation
+server each decoding sequence emits its accepted draft prefix plus one token;
+a prefill's last chunk emits the first token.
 
-Time is simulated: a step advances the engine's clock by its GPU time, and
-idle wall time advances it by ``1 / time_scale``. Simulated time is mapped to
-wall time by ``time_scale`` against an anchor, so sleep inaccuracy does not
-accumulate; when the host cannot keep up, the clock stays right and only the
-wall pacing slips. Every sequence carries its own account in simulated seconds
-(GPU time charged to it, first token, last token), which the evaluation reads
-as ground truth.
+The engine has no clock of its own: ``step(now)`` plans a step starting at
+``now`` and says how long it takes, ``finish(step, end)`` applies it. The HTTP
+server paces steps in wall time (``pacing.py``); the evaluation runs many
+engines on one simulated clock (``draftgate/evaluate/simulation.py``). Every
+sequence carries its own account in simulated seconds (GPU time charged to it,
+first token, last token), the ground truth the evaluation reads.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from draftgate.emulator.metrics import EngineMetrics
-from draftgate.emulator.physics import Work, step_time
+from draftgate.emulator.physics import Physics, Work
 from draftgate.emulator.profile import KINDS, EngineProfile
 from draftgate.emulator.speculation import PositionModel
 from draftgate.emulator.textgen import OutputToken
-
-_MAX_LAG_SECONDS = 0.25  # beyond this the loop re-anchors rather than bursting to catch up
 
 
 @dataclass(frozen=True)
@@ -65,13 +63,19 @@ class SpecStats:
     per_step_accepted: list[int] = field(default_factory=list)
     per_step_drafted: list[int] = field(default_factory=list)
 
-    def record(self, draft_len: int, accepted: int) -> None:
+    def record(self, draft_len: int, accepted: int, detailed: bool) -> None:
+        """One round; ``detailed``: keep it in the per-step lists too (``--per-request-spec-decode-metrics
+        detailed``)."""
         self.steps += 1
         self.drafted += draft_len
         self.accepted += accepted
-        self.histogram.setdefault(draft_len, [0] * (draft_len + 1))[accepted] += 1
-        self.per_step_accepted.append(accepted)
-        self.per_step_drafted.append(draft_len)
+        counts = self.histogram.get(draft_len)
+        if counts is None:
+            counts = self.histogram[draft_len] = [0] * (draft_len + 1)
+        counts[accepted] += 1
+        if detailed:
+            self.per_step_accepted.append(accepted)
+            self.per_step_drafted.append(draft_len)
 
     def as_json(self, detailed: bool) -> dict[str, Any]:
         longest = max(self.histogram, default=0)
@@ -106,13 +110,11 @@ class Sequence:
     temperature: float
     speculate: bool
     positions: PositionModel | None
-    events: asyncio.Queue[tuple[str, int, int]] = field(default_factory=asyncio.Queue)
     emitted: int = 0
     cached_tokens: int = 0
+    cached_blocks: int = 0  # of its prompt's blocks, those the prefix cache held when it was admitted
+    computed: int = 0  # prompt tokens in the KV cache: its prefill is done when this reaches prompt_len
     kv_tokens: int = 0
-    arrival: float = field(default_factory=time.monotonic)
-    first_token_at: float | None = None
-    last_token_at: float | None = None
     aborted: bool = False
     finished: bool = False
     spec: SpecStats = field(default_factory=SpecStats)
@@ -122,6 +124,12 @@ class Sequence:
     first_token_sim: float | None = None
     last_token_sim: float | None = None
     draft_len: int = 0  # proposed for the step being run
+    detailed: bool = False  # its speculation is reported round by round
+    # the wall-clock side, kept by the paced server (``pacing.py``): its events and latency histograms
+    events: asyncio.Queue[tuple[str, int, int]] | None = None
+    arrival: float = 0.0
+    first_token_at: float | None = None
+    last_token_at: float | None = None
 
     def truth(self) -> dict[str, float]:
         """GPU time charged to this sequence, time to first token and time per output token after it."""
@@ -167,132 +175,141 @@ class GroundTruth:
         }
 
 
+class Observer(Protocol):
+    """Told what an engine did, for what lives outside it (metrics, streams, ground truth)."""
+
+    def admitted(self, seq: Sequence) -> None: ...
+
+    def round(self, seq: Sequence, start: int, draft_len: int, accepted: int) -> None: ...
+
+    def tokens(self, seq: Sequence, start: int, end: int) -> None: ...
+
+    def finished(self, seq: Sequence) -> None: ...
+
+
+@dataclass(slots=True)
+class Step:
+    """One planned step: who is in it, and how long it takes."""
+
+    seconds: float
+    prefills: list[tuple[Sequence, int]]  # (sequence, prompt tokens computed this step)
+    decodes: list[Sequence]
+
+
 class Engine:
-    def __init__(
-        self,
-        profile: EngineProfile,
-        spec: SpecConfig | None,
-        max_num_seqs: int,
-        time_scale: float,
-        metrics: EngineMetrics,
-    ) -> None:
+    """One server's scheduler and step physics, on whatever clock its caller keeps."""
+
+    def __init__(self, profile: EngineProfile, spec: SpecConfig | None, max_num_seqs: int,
+                 max_num_batched_tokens: int | None = None, observer: Observer | None = None) -> None:
         self.profile = profile
         self.spec = spec
         self.max_num_seqs = max_num_seqs
-        self.time_scale = time_scale
-        self.metrics = metrics
+        self.max_num_batched_tokens = max_num_batched_tokens or profile.max_num_batched_tokens
+        self.observer = observer
         self.kv_capacity = profile.kv_capacity_tokens(spec.method if spec else None)
         self.method = spec.method if spec else None
         self.model_drafter = spec is not None and profile.drafter(spec.method).shape is not None
+        self.physics = Physics(profile, self.method)
         self.kv_used = 0
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.cache: OrderedDict[int, None] = OrderedDict()
         self.cache_blocks = self.kv_capacity // profile.block_size
-        self.truth = GroundTruth()
-        self.simulated_seconds = 0.0
         self.busy_seconds = 0.0
-        self._wakeup = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._idle_since: float | None = None  # wall time the engine went idle
+        self.generated_tokens = 0
+        self._done: list[Sequence] = []  # finished or aborted since the last retirement
+        # vLLM's spec-decode counters, summed over every round
+        self.num_drafts = self.num_draft_tokens = self.num_accepted_tokens = 0
 
-    # ------------------------------------------------------------ lifecycle
+    # ------------------------------------------------------------ requests
 
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._loop(), name="emulator-engine")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-
-    def submit(self, seq: Sequence) -> None:
+    def submit(self, seq: Sequence, now: float) -> None:
         if seq.prompt_len + len(seq.output) > self.kv_capacity:
             raise ValueError(
                 f"This model's maximum context length is {self.kv_capacity} tokens; the request needs "
                 f"{seq.prompt_len + len(seq.output)}"
             )
-        seq.arrived_at = self.clock()
+        seq.arrived_at = now
         self.waiting.append(seq)
-        self._update_gauges()
-        self._wakeup.set()
-
-    def clock(self) -> float:
-        """Simulated seconds now: the GPU time of the steps run, and idle wall time scaled."""
-        if self._idle_since is None:
-            return self.simulated_seconds
-        return self.simulated_seconds + (time.monotonic() - self._idle_since) / self.time_scale
 
     def abort(self, seq: Sequence) -> None:
         seq.aborted = True
-        self._wakeup.set()
+        self._done.append(seq)
 
     def reset_prefix_cache(self) -> None:
         self.cache.clear()
 
-    # ------------------------------------------------------------ the loop
+    @property
+    def idle(self) -> bool:
+        return not self.running and not self.waiting
 
-    async def _loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        anchor_wall, anchor_sim = loop.time(), self.simulated_seconds
-        while True:
-            self._drop_aborted()
-            if not self.running and not self.waiting:
-                self._wakeup.clear()
-                self._idle_since = time.monotonic()
-                await self._wakeup.wait()
-                # the GPU starts when the request arrived, not when this loop got to run
-                self.simulated_seconds = max((seq.arrived_at for seq in self.waiting), default=self.clock())
-                self._idle_since = None
-                anchor_wall, anchor_sim = loop.time(), self.simulated_seconds
-                continue
-            admitted = self._admit()
-            decoding = [s for s in self.running if s not in admitted]
-            if not admitted and not decoding:
-                # head of the queue does not fit and nothing runs: wait for an abort
-                self._wakeup.clear()
-                await self._wakeup.wait()
-                continue
-            batch = len(self.running)
-            depth = self._depth(batch, decoding)
-            for seq in decoding:
-                seq.draft_len = self._proposal(seq, depth)
-            step = step_time(self.profile, [*map(self._prefill_work, admitted), *map(self._decode_work, decoding)],
-                             self.method, depth)
-            for seq, charge in zip([*admitted, *decoding], step.charges):
-                seq.gpu_seconds += charge
-            seconds = step.seconds
-            self.simulated_seconds += seconds
-            self.busy_seconds += seconds
-            deadline = anchor_wall + (self.simulated_seconds - anchor_sim) * self.time_scale
-            delay = deadline - loop.time()
-            if delay < -_MAX_LAG_SECONDS:
-                anchor_wall, anchor_sim = loop.time(), self.simulated_seconds
-                delay = 0.0
-            await asyncio.sleep(max(0.0, delay))
-            now = time.monotonic()
-            for seq in admitted:
-                if not seq.aborted:
-                    self._emit(seq, 1, now)
-            for seq in decoding:
-                if not seq.aborted:
-                    self._decode(seq, now)
+    @property
+    def kv_usage(self) -> float:
+        """The share of the KV cache held by admitted sequences, as vLLM reports it."""
+        return self.kv_used / self.kv_capacity
+
+    # ------------------------------------------------------------ steps
+
+    def step(self) -> Step | None:
+        """Schedule the next step; None when nothing can run (idle, or the queue's head does not fit)."""
+        if self._done:
+            self._retire()
+        budget = self.max_num_batched_tokens
+        depth = self._depth(len(self.running))
+        decodes: list[Sequence] = []
+        prefills: list[tuple[Sequence, int]] = []
+        members: list[Sequence] = []  # in the order of ``works``
+        works: list[Work] = []
+        for seq in self.running:  # running first, in order, as vLLM's scheduler takes them
+            if budget <= 0:
+                break
+            if seq.computed < seq.prompt_len:
+                chunk = min(seq.prompt_len - seq.computed, budget)
+                prefills.append((seq, chunk))
+                works.append(self._prefill_work(seq, chunk))
+                budget -= chunk
+            else:
+                draft = seq.draft_len = max(0, min(self._proposal(seq, depth), budget - 1)) if depth else 0
+                decodes.append(seq)
+                works.append(Work(seq.prompt_len + seq.emitted, 1 + draft, draft))
+                budget -= 1 + draft
+            members.append(seq)
+        while budget > 0 and self.waiting and len(self.running) < self.max_num_seqs:
+            if not self._admit(self.waiting[0]):
+                break
+            seq = self.waiting.popleft()
+            chunk = min(seq.prompt_len - seq.computed, budget)
+            prefills.append((seq, chunk))
+            works.append(self._prefill_work(seq, chunk))
+            members.append(seq)
+            budget -= chunk
+        if not works:
+            return None
+        timed = self.physics.step_time(works)
+        for seq, charge in zip(members, timed.charges):
+            seq.gpu_seconds += charge
+        self.busy_seconds += timed.seconds
+        return Step(timed.seconds, prefills, decodes)
+
+    def finish(self, step: Step, end: float) -> None:
+        """Apply ``step``, ended at ``end``: prompts computed, tokens emitted, finished sequences retired."""
+        for seq, chunk in step.prefills:
+            seq.computed += chunk
+            if seq.computed >= seq.prompt_len and not seq.aborted:
+                self._emit(seq, 1, end)  # the prefill's last chunk samples the first token
+        for seq in step.decodes:
+            if not seq.aborted:
+                self._decode(seq, end)
+        if self._done:
             self._retire()
 
-    def _depth(self, batch: int, decoding: list[Sequence]) -> int:
-        if self.spec is None or not any(s.speculate for s in decoding):
+    def _depth(self, batch: int) -> int:
+        if self.spec is None:
             return 0
         return max(0, self.spec.depth_at(batch))
 
-    def _prefill_work(self, seq: Sequence) -> Work:
-        uncached = seq.prompt_len - seq.cached_tokens
-        return Work(seq.cached_tokens, uncached, draft_prefill=uncached if self.model_drafter else 0)
-
-    def _decode_work(self, seq: Sequence) -> Work:
-        return Work(seq.prompt_len + seq.emitted, 1 + seq.draft_len, seq.draft_len)
+    def _prefill_work(self, seq: Sequence, chunk: int) -> Work:
+        return Work(seq.computed, chunk, draft_prefill=chunk if self.model_drafter else 0)
 
     def _proposal(self, seq: Sequence, depth: int) -> int:
         """Draft tokens proposed for ``seq`` this step: ``depth`` from a model drafter; from a
@@ -301,28 +318,23 @@ class Engine:
         if not seq.speculate or seq.positions is None or depth <= 0 or room <= 0:
             return 0
         if not self.model_drafter:
-            return min(depth, room, int(seq.positions.proposed[seq.emitted]))
+            return min(depth, room, seq.positions.proposed_at(seq.emitted))
         return min(depth, room)
 
-    def _admit(self) -> list[Sequence]:
-        admitted = []
+    def _admit(self, seq: Sequence) -> bool:
+        """Take ``seq`` in when its whole sequence fits in the KV cache."""
         block = self.profile.block_size
-        while self.waiting and len(self.running) < self.max_num_seqs:
-            seq = self.waiting[0]
-            need = int(math.ceil((seq.prompt_len + len(seq.output)) / block)) * block
-            if self.kv_used + need > self.kv_capacity:
-                break
-            self.waiting.popleft()
-            seq.kv_tokens = need
-            self.kv_used += need
-            seq.cached_tokens = self._cached_prefix(seq)
-            self.metrics.prefix_queries.inc(seq.prompt_len)
-            self.metrics.prefix_hits.inc(seq.cached_tokens)
-            self.metrics.prompt_tokens.inc(seq.prompt_len)
-            self.running.append(seq)
-            admitted.append(seq)
-        self._update_gauges()
-        return admitted
+        need = int(math.ceil((seq.prompt_len + len(seq.output)) / block)) * block
+        if self.kv_used + need > self.kv_capacity:
+            return False
+        seq.kv_tokens = need
+        self.kv_used += need
+        seq.cached_tokens = seq.computed = self._cached_prefix(seq)
+        seq.cached_blocks = seq.cached_tokens // self.profile.block_size
+        self.running.append(seq)
+        if self.observer is not None:
+            self.observer.admitted(seq)
+        return True
 
     def _cached_prefix(self, seq: Sequence) -> int:
         hits = 0
@@ -334,67 +346,52 @@ class Engine:
         # vLLM always recomputes the last prompt token to produce logits
         return min(hits * self.profile.block_size, max(0, seq.prompt_len - 1))
 
-    def _decode(self, seq: Sequence, now: float) -> None:
+    def _decode(self, seq: Sequence, end: float) -> None:
         draft_len = seq.draft_len
         if draft_len <= 0 or seq.positions is None:
-            self._emit(seq, 1, now)
+            self._emit(seq, 1, end)
             return
-        positions, start = seq.positions, seq.emitted
-        accepts = positions.accepts if self.model_drafter else positions.accepts_copy
-        limit = draft_len if self.model_drafter else min(draft_len, int(positions.matching[start]))
-        accepted = 0
-        while accepted < limit and accepts(start + accepted, seq.temperature):
-            accepted += 1
-        self.truth.record(seq.output, seq.emitted, draft_len, accepted)
-        seq.spec.record(draft_len, accepted)
-        self.metrics.record_spec_step(draft_len, accepted)
-        self._emit(seq, accepted + 1, now)
-
-    def _emit(self, seq: Sequence, count: int, now: float) -> None:
         start = seq.emitted
-        end = min(len(seq.output), start + count)
-        if end <= start:
+        accepted = seq.positions.accepted(start, draft_len, seq.temperature, not self.model_drafter)
+        self.num_drafts += 1
+        self.num_draft_tokens += draft_len
+        self.num_accepted_tokens += accepted
+        seq.spec.record(draft_len, accepted, seq.detailed)
+        if self.observer is not None:
+            self.observer.round(seq, start, draft_len, accepted)
+        self._emit(seq, accepted + 1, end)
+
+    def _emit(self, seq: Sequence, count: int, end: float) -> None:
+        start = seq.emitted
+        stop = min(len(seq.output), start + count)
+        if stop <= start:
             return
-        seq.emitted = end
-        simulated = self.simulated_seconds
+        seq.emitted = stop
+        self.generated_tokens += stop - start
         if seq.first_token_sim is None:
-            seq.first_token_sim = simulated
-        seq.last_token_sim = simulated
-        if seq.first_token_at is None:
-            seq.first_token_at = now
-            self.metrics.ttft.observe(now - seq.arrival)
-        else:
-            # tokens of one burst arrive together; vLLM records the gap per token
-            gap = (now - (seq.last_token_at or now)) / (end - start)
-            for _ in range(end - start):
-                self.metrics.itl.observe(gap)
-        seq.last_token_at = now
-        self.metrics.generation_tokens.inc(end - start)
-        seq.events.put_nowait(("tokens", start, end))
-        if seq.emitted >= len(seq.output):
+            seq.first_token_sim = end
+        seq.last_token_sim = end
+        if self.observer is not None:
+            self.observer.tokens(seq, start, stop)
+        if stop >= len(seq.output):
             seq.finished = True
+            self._done.append(seq)
 
     def _retire(self) -> None:
-        done = [s for s in self.running if s.finished or s.aborted]
-        if not done:
-            return
-        self.running = [s for s in self.running if not (s.finished or s.aborted)]
-        for seq in done:
-            self.kv_used -= seq.kv_tokens
-            seq.kv_tokens = 0
-            self._insert_cache(seq.block_hashes)
-            if seq.finished and not seq.aborted:
-                self.metrics.e2e.observe(time.monotonic() - seq.arrival)
-                self.metrics.success(seq.finish_reason)
-                seq.events.put_nowait(("finish", 0, 0))
-        self._update_gauges()
-
-    def _drop_aborted(self) -> None:
-        if any(s.aborted for s in self.waiting):
+        """Take the finished and aborted sequences out: their KV freed, their blocks cached."""
+        done, self._done = self._done, []
+        leaving = set(done)
+        self.running = [s for s in self.running if s not in leaving]
+        if any(s.aborted for s in done):
             self.waiting = deque(s for s in self.waiting if not s.aborted)
-        if any(s.aborted for s in self.running):
-            self._retire()
-        self._update_gauges()
+        for seq in done:
+            if seq.kv_tokens:
+                self.kv_used -= seq.kv_tokens
+                seq.kv_tokens = 0
+                # its prefix's blocks were found (and made the most recent) when it was admitted
+                self._insert_cache(seq.block_hashes[seq.cached_blocks:])
+            if seq.finished and not seq.aborted and self.observer is not None:
+                self.observer.finished(seq)
 
     def _insert_cache(self, hashes: list[int]) -> None:
         for h in hashes:
@@ -402,13 +399,3 @@ class Engine:
             self.cache.move_to_end(h)
         while len(self.cache) > self.cache_blocks:
             self.cache.popitem(last=False)
-
-    @property
-    def kv_usage(self) -> float:
-        """The share of the KV cache held by admitted sequences, as vLLM reports it."""
-        return self.kv_used / self.kv_capacity
-
-    def _update_gauges(self) -> None:
-        self.metrics.running.set(len(self.running))
-        self.metrics.waiting.set(len(self.waiting))
-        self.metrics.kv_usage.set(self.kv_usage)

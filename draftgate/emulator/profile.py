@@ -145,7 +145,10 @@ class EngineProfile(_Frozen):
     })
     efficiency: Efficiency = Efficiency()
     block_size: int = Field(16, ge=1)
-    max_num_seqs: int = Field(256, ge=1)
+    # vLLM's defaults for its API server on a GPU of 70 GiB or more (not an A100): an H200's
+    max_num_seqs: int = Field(1024, ge=1)
+    max_num_batched_tokens: int = Field(8192, ge=1, description="tokens one step schedules: decodes, their "
+                                                                "drafts and prefill chunks")
     # Acceptance: emerges from target and draft distributions, never from the law.
     entropy: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_ENTROPY))
     entropy_spread: float = Field(0.6, ge=0.0, description="sd of log-entropy along a span")

@@ -29,6 +29,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from draftgate.emulator import wire
+from draftgate.emulator.pacing import next_event
 from draftgate.emulator.request_fields import (
     BadRequest,
     check_cache_salt,
@@ -151,7 +152,7 @@ class Responses:
         chat = responses_as_chat(body)
         messages = chat["messages"] = (self.history[previous] if previous is not None else []) + chat["messages"]
         try:
-            seqs, gens, prompt_len = self.emulator._sequences(chat, "chat")
+            seqs, gens, prompt_len = self.emulator.maker.sequences(chat, "chat")
         except ValueError as exc:
             return wire.error_response(str(exc), 400)
         rid = request.headers.get("x-request-id") or f"resp_{uuid.uuid4().hex}"
@@ -221,7 +222,7 @@ class Responses:
         response["status"] = "in_progress"
         try:
             while True:
-                kind, start, end = await seq.events.get()
+                kind, start, end = await next_event(seq)
                 if kind == "finish":
                     break
                 run.emitted = end

@@ -14,7 +14,7 @@ Nothing here knows the Draft Law.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -49,6 +49,9 @@ class PositionModel:
     matching: np.ndarray  # (N,) int
     top_prob_sampled: np.ndarray  # (N,) target's tempered probability of its own top token
 
+    _runs: dict[tuple[bool, bool], list[int]] = field(default_factory=dict, repr=False)
+    _proposed: list[int] | None = field(default=None, repr=False)
+
     def accepts_copy(self, position: int, temperature: float) -> bool:
         """A copied token that is the target's top token: always accepted at temperature 0;
         above it, with the target's probability of it (a lookup's draft is one token, certain)."""
@@ -59,9 +62,39 @@ class PositionModel:
             return bool(self.accept_greedy[position])
         return bool(self.uniforms[position] < self.accept_prob_sampled[position])
 
+    def accepted(self, start: int, draft_len: int, temperature: float, copy: bool) -> int:
+        """Draft tokens accepted in a round starting at ``start``: the run of positions from there
+        that ``accepts`` (``accepts_copy`` for a lookup, which also stops where its copy stops
+        matching), up to ``draft_len``."""
+        greedy = temperature <= 1e-5
+        runs = self._runs.get((copy, greedy))
+        if runs is None:
+            if copy:
+                ok = np.ones(len(self.uniforms), dtype=bool) if greedy else self.uniforms < self.top_prob_sampled
+            else:
+                ok = self.accept_greedy if greedy else self.uniforms < self.accept_prob_sampled
+            runs = self._runs[(copy, greedy)] = _runs_of(ok)
+        if copy:
+            return min(draft_len, runs[start], int(self.matching[start]))
+        return min(draft_len, runs[start])
+
+    def proposed_at(self, start: int) -> int:
+        """Tokens a lookup drafter proposes for a round starting at ``start``."""
+        if self._proposed is None:
+            self._proposed = self.proposed.tolist()
+        return self._proposed[start]
+
     def entropy(self, position: int) -> float:
         lp = self.target_logprobs[position]
         return float(-(np.exp(lp) * lp).sum())
+
+
+def _runs_of(ok: np.ndarray) -> list[int]:
+    """For each position, how many positions in a row from it are ``ok``."""
+    n = len(ok)
+    failures = np.where(ok, n, np.arange(n))
+    next_failure = np.minimum.accumulate(failures[::-1])[::-1] if n else failures
+    return (next_failure - np.arange(n)).tolist()
 
 
 def position_model(

@@ -49,13 +49,19 @@ def render_chat_prompt(messages: Any, tools: Any) -> str:
     return "".join(parts)
 
 
-def block_hashes(tokens: list[str], block_size: int, salt: str | None = None) -> list[int]:
-    """Chained hashes of full blocks: equal prefixes give equal leading hashes, under the
-    same ``cache_salt`` only (vLLM mixes it into the first block's hash)."""
+def block_hashes(tokens: list[str], block_size: int) -> list[int]:
+    """Chained hashes of full blocks: equal prefixes give equal leading hashes."""
     hashes: list[int] = []
-    previous = 0 if salt is None else hash(("cache_salt", salt))
+    previous = 0
     for start in range(0, len(tokens) - block_size + 1, block_size):
         previous = hash((previous, tuple(tokens[start : start + block_size])))
         hashes.append(previous)
     return hashes
 
+
+def salted(hashes: list[int], salt: str) -> list[int]:
+    """The blocks of a prompt under a ``cache_salt``: prompts alike under two salts share no block,
+    under one salt their equal prefixes still do (vLLM mixes the salt into the first block's hash,
+    which every later hash chains on)."""
+    key = hash(("cache_salt", salt))
+    return [hash((key, h)) for h in hashes]

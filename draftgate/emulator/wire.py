@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 from starlette.responses import JSONResponse
@@ -119,3 +120,42 @@ def safe_float(value: Any, default: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return default
     return float(value)
+
+
+def spec_metrics(seqs: list[Sequence], per_request_metrics: str) -> dict[str, Any] | None:
+    """An answer's ``metrics``, as ``--per-request-spec-decode-metrics`` gives them (none: no field);
+    null for a request of several sequences, as vLLM's are."""
+    if per_request_metrics == "none":
+        return None
+    if len(seqs) != 1:
+        return {"speculative_decoding": None}
+    return {"speculative_decoding": seqs[0].spec.as_json(per_request_metrics == "detailed")}
+
+
+def final_body(rid: str, model: str, body: dict[str, Any], endpoint: str, seqs: list[Sequence],
+               gens: list[Generated], prompt_len: int, metrics: dict[str, Any] | None) -> dict[str, Any]:
+    """A whole (non-streamed) chat or text completion of ``seqs``, as vLLM answers it."""
+    top = body.get("top_logprobs") or 0
+    want_logprobs = body.get("logprobs") is True if endpoint == "chat" else isinstance(body.get("logprobs"), int)
+    choices = []
+    for i, (seq, gen) in enumerate(zip(seqs, gens)):
+        logprobs = None
+        if want_logprobs:
+            logprobs = {"content": logprobs_content(seq, gen, 0, seq.emitted,
+                                                    top if endpoint == "chat" else body["logprobs"])}
+        if endpoint == "chat":
+            message = chat_message(gen, seq.emitted, body.get("include_reasoning") is not False)
+            choices.append({"index": i, "message": message, "logprobs": logprobs,
+                            "finish_reason": seq.finish_reason, "stop_reason": None})
+        else:
+            choices.append({"index": i, "text": "".join(t.text for t in gen.tokens[: seq.emitted]),
+                            "logprobs": logprobs, "finish_reason": seq.finish_reason, "stop_reason": None,
+                            "prompt_logprobs": None})
+    out: dict[str, Any] = {
+        "id": rid, "object": "chat.completion" if endpoint == "chat" else "text_completion",
+        "created": int(time.time()), "model": model, "choices": choices,
+        "usage": usage(prompt_len, sum(s.emitted for s in seqs)),
+    }
+    if metrics is not None:
+        out["metrics"] = metrics
+    return out

@@ -1,174 +1,267 @@
-"""``draftgate evaluate``: the gate against every alternative, on the same pools and the same traffic.
+"""``draftgate evaluate``: every strategy on the same fleet, at arrival rates up to past saturation, in virtual time.
 
-For each seed: emulated pools whose physics and predictability are drawn from
-the seed (a draft model at depth 2, 4 and 8; ngram prompt lookup at depth 4;
-off; vLLM's dynamic K), a short calibration on the calibration split with a fit
-per speculation pool, two proxies with that calibration (the gate in front of
-the depth-8 and plain pools, and the gate in front of the ngram and depth-8
-pools), then the held-out verdict split replayed through each strategy at each
-concurrency (a closed loop of clients) and in an open-loop burst beyond the
-draft-model pools' ``max_num_seqs``. Prefix caches are emptied before every
-run, so no strategy inherits another's.
+For each seed: an emulated H200 profile drawn from the seed, the gate's
+calibration fitted on the calibration split (the four-arm protocol, run in
+simulation), vLLM's dynamic-K table chosen on the calibration split, and for
+each fleet size the composition the gate's plan recommends for the
+calibration split's traffic (for objective cost, one for each light rate).
+Then every strategy, on a fleet of that size, at every rate of the grid and at
+the rates the capacity search adds, and in a burst; and the fleets planned
+for objective cost at their rates. Nothing of the verdict split is seen before
+its runs.
 
-Against real pools (``--spec-on``, ``--spec-off``, ``--dynamic-k``) the same
-replay runs once per seed on the URLs given; a strategy whose pool is not given
-is reported as not measured.
+Runs are independent and deterministic, so they are shared out among worker
+processes and the result is the same whatever their number or the machine's
+load. Against real pools the wall-clock path (``real.py``) runs instead.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import dataclasses
+import functools
 import json
+import os
+import statistics
 import sys
-import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-import yaml
-
-from draftgate.calibrate.protocol import Pool
-from draftgate.calibrate.short import short_calibration
+from draftgate.emulator.profile import EngineProfile
 from draftgate.evaluate import verdict
-from draftgate.evaluate.replay import burst, closed_loop
-from draftgate.evaluate.verdict import DYNAMIC, GATE, GATE_METHODS, OFF, Results, Run, always_ngram, always_on
+from draftgate.evaluate.calibration import calibrate
+from draftgate.evaluate.capacity import ATTAINMENT, DRAIN_LIMIT_SECONDS, Capacity, Point, point, schedule_for, search
+from draftgate.evaluate.fleet import Fleet
+from draftgate.evaluate.requests import Bank
+from draftgate.evaluate.simulation import Run, Simulation, Targets, proxy_settings
+from draftgate.evaluate.strategies import (
+    DYNAMIC,
+    DYNAMIC_TABLES,
+    FIXED,
+    GATE,
+    GATE_COST,
+    GATE_SPLIT,
+    candidates,
+    dynamic_pool,
+    fleet_of,
+)
+from draftgate.evaluate.traffic import Burst, OpenLoop, Schedule
+from draftgate.policy import fleet as plans
+from draftgate.policy.calibration import Calibration
 from draftgate.progress import draw
-from draftgate.servers import ServerProcess
 from draftgate.workloads import mix
 
-DEPTHS = (2, 4, 8)
-GATED_DEPTH = verdict.GATED_DEPTH  # the proxies' draft-model pool
-SPEC_SEQS = 48  # a speculation pool's max_num_seqs: it holds fewer KV tokens, and the burst exceeds it
-DYNAMIC_K_TABLE = "[[1, 4, 8], [5, 16, 4], [17, 32, 2], [33, 1024, 0]]"
+RATES_PER_GPU = (0.5, 1.0, 2.0, 4.0, 8.0)  # from light to past saturation
+REFERENCE_RATE_PER_GPU = 1.0  # where cost and routes by kind are reported
+MAX_NUM_SEQS = 1024  # vLLM's defaults on an H200
+MAX_NUM_BATCHED_TOKENS = 8192
 CALIBRATION_REQUESTS = 4
-CALIBRATION_LOADS = (1, 8, 32)  # c_T and delta measured across the levels replayed; past 32, extrapolated
-NGRAM_DEPTH = 4
-NGRAM_LOOKUP = (2, 4)  # prompt_lookup_min and _max of the ngram pool
+CALIBRATION_LOADS = (1, 8, 32)
+PLAN_TRAFFIC_RATE = 0.5  # per GPU: the calibration split replayed lightly, for the plan to read
+TABLE_RATES = (1.0, 2.0, 4.0)  # per GPU, choosing the dynamic-K table
+SPLIT_FROM_GPUS = 4  # fleet sizes from which the best split is run beside the gate's fleet
+COST_RATES_UP_TO = 2.0  # per GPU: the grid's rates up to here (below the best fleets' capacity) weigh objective cost
 
 
 @dataclass
 class Options:
     seeds: int = 5
     first_seed: int = 1
-    concurrency: list[int] = field(default_factory=lambda: [1, 8, 32, 64])
-    burst: int = 96
-    scale: float = 1.0  # items per level, relative to the default
-    time_scale: float = 0.05
+    gpus: tuple[int, ...] = (2, 4, 8)
+    rates: tuple[float, ...] = RATES_PER_GPU  # per GPU
+    targets: Targets = Targets()
+    requests: int = 600  # measured per run (fewer at light load: LONGEST_WINDOW_SECONDS)
+    bisections: int = 2
+    burst: int = 64  # requests per GPU, all at once; 0 leaves the burst out
+    workers: int = 0  # 0: one per core
     out: Path = Path("evaluate-output")
-    spec_on: dict[int, str] = field(default_factory=dict)  # depth -> URL, for real pools
-    spec_off: str | None = None
-    dynamic_k: str | None = None
-    ngram: str | None = None  # a real pool drafting with ngram at NGRAM_DEPTH, NGRAM_LOOKUP
-    drafters: bool = True  # emulated: an ngram pool too, alone and gated with the draft-model pool
-    model: str = mix.MODEL
-    as_json: bool = False  # the summary alone on standard output; everything else on standard error
-
-    @property
-    def emulated(self) -> bool:
-        return not self.spec_on and self.spec_off is None
+    as_json: bool = False
 
 
-def items_at(concurrency: int, scale: float) -> int:
-    """Enough items that the loop is held at ``concurrency`` most of the run."""
-    return max(4, int(max(16, 2 * concurrency) * scale))
+@dataclass(frozen=True)
+class SeedSetup:
+    """What a seed's runs share, worked out on the calibration split alone."""
+
+    seed: int
+    calibration: Calibration
+    dynamic_table: tuple[tuple[int, int, int], ...]
+    compositions: dict[int, plans.Composition]  # fleet size -> the gate's composition
+    splits: dict[int, plans.Composition]  # fleet size -> the best composition of more than one pool
+    by_cost: dict[tuple[int, float], plans.Composition]  # (fleet size, rate per GPU) -> objective cost's choice
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One strategy on one fleet under one seed: the work of one worker call."""
+
+    seed: int
+    gpus: int
+    strategy: str
+    fleet: Fleet
+    calibration: Calibration
+    gated: bool
+    routing: tuple[tuple[str, str], ...] = ()  # the gate's: kind -> pool, as its plan recommends
+    rate: float | None = None  # per GPU: the one rate run, for a fleet planned for that rate (objective cost)
 
 
 @dataclass
-class Pools:
-    """Where each strategy's requests go for one seed (the gate's: the proxy), and the pools behind it."""
-
-    by_strategy: dict[str, tuple[str, list[str]]]  # name -> (where requests go, the pools behind it)
-
-
-def _emulator(seed: int, options: Options, speculative: str | None, max_num_seqs: int | None = None) -> ServerProcess:
-    args = ["emulate", "--enable-force-include-usage", "--time-scale", str(options.time_scale),
-            "--profile-seed", str(seed), "--seed", str(seed), "--model", options.model]
-    if speculative:
-        args += ["--speculative-config", speculative]
-    if max_num_seqs:
-        args += ["--max-num-seqs", str(max_num_seqs)]
-    return ServerProcess(args)
+class UnitResult:
+    unit: Unit
+    capacity: Capacity
+    by_kind: dict[str, dict[str, float]] = field(default_factory=dict)  # kind -> busy GPU-ms per token
+    routes: dict[str, dict[str, float]] = field(default_factory=dict)  # kind -> pool -> share
+    burst: Point | None = None
+    same_as: str | None = None  # the fixed strategy whose runs these are (``same_as``)
+    at_rate: Point | None = None  # a unit run at its one rate: what it got there
 
 
-def _draft(depth: int, extra: str = "") -> str:
-    return ('{"method": "draft_model", "model": "Qwen/Qwen3-4B", '
-            f'"num_speculative_tokens": {depth}{extra}}}')
+# ---------------------------------------------------------------- one process's banks
 
 
-def _ngram() -> str:
-    return json.dumps({"method": "ngram", "num_speculative_tokens": NGRAM_DEPTH,
-                       "prompt_lookup_min": NGRAM_LOOKUP[0], "prompt_lookup_max": NGRAM_LOOKUP[1]})
+@functools.lru_cache(maxsize=3)
+def bank_of(seed: int) -> Bank:
+    """The seed's profile and prepared requests, kept while this process works on the seed."""
+    return Bank(EngineProfile.random(seed), seed)
 
 
-@contextlib.contextmanager
-def seed_pools(seed: int, options: Options, say: Callable[[str], None]) -> Iterator[Pools]:
-    """Every strategy's endpoint for one seed, the proxy calibrated and running; stopped after."""
-    with contextlib.ExitStack() as stack:
-        if options.emulated:
-            spec = {d: stack.enter_context(_emulator(seed, options, _draft(d), SPEC_SEQS)).url for d in DEPTHS}
-            off: str | None = stack.enter_context(_emulator(seed, options, None)).url
-            dynamic: str | None = stack.enter_context(_emulator(
-                seed, options, _draft(8, f', "num_speculative_tokens_per_batch_size": {DYNAMIC_K_TABLE}'),
-                SPEC_SEQS)).url
-            # a lookup holds no draft model's weights or KV: it keeps the plain pool's slots
-            ngram: str | None = stack.enter_context(_emulator(seed, options, _ngram())).url if options.drafters else None
-        else:
-            spec, off, dynamic, ngram = dict(options.spec_on), options.spec_off, options.dynamic_k, options.ngram
-        by_strategy: dict[str, tuple[str, list[str]]] = {}
-        if spec and off:
-            depth = GATED_DEPTH if GATED_DEPTH in spec else max(spec)
-            gates = stack.enter_context(_gates(seed, options, spec[depth], depth, off, ngram, say))
-            by_strategy[GATE] = (gates[GATE], [spec[depth], off])
-            if ngram:
-                by_strategy[GATE_METHODS] = (gates[GATE_METHODS], [ngram, spec[depth]])
-        for depth, url in sorted(spec.items()):
-            by_strategy[always_on(depth)] = (url, [url])
-        if ngram:
-            by_strategy[always_ngram(NGRAM_DEPTH)] = (ngram, [ngram])
-        if off:
-            by_strategy[OFF] = (off, [off])
-        if dynamic:
-            by_strategy[DYNAMIC] = (dynamic, [dynamic])
-        yield Pools(by_strategy)
+def simulate(unit: Unit, rate: float, requests: int, targets: Targets, split: mix.Split = "verdict") -> Run:
+    """``unit``'s fleet from empty under ``rate`` requests a second (over the fleet) of ``split``."""
+    bank = bank_of(unit.seed)
+    schedule = schedule_for(rate, requests)
+    sim = Simulation(unit.fleet, bank, _settings(unit, targets), unit.calibration, unit.seed, MAX_NUM_SEQS)
+    traffic = OpenLoop(mix.stream(split, unit.seed), bank, rate, mix.requests_per_item(split), schedule, unit.seed)
+    return sim.run(traffic, schedule.measured, schedule.arrivals_end + DRAIN_LIMIT_SECONDS)
 
 
-@contextlib.contextmanager
-def _gates(seed: int, options: Options, on: str, depth: int, off: str, ngram: str | None,
-           say: Callable[[str], None]) -> Iterator[dict[str, str]]:
-    """The proxies, calibrated once on the calibration split (a fit per speculation pool): the gate in
-    front of the draft-model and plain pools, and, with an ngram pool, the gate in front of it and the
-    draft-model pool."""
-    out = options.out / f"seed-{seed}"
-    out.mkdir(parents=True, exist_ok=True)
-    others = (Pool("ngram", ngram, NGRAM_DEPTH, "ngram"),) if ngram else ()
-    fitted = short_calibration(on, off, out / "calibration.yaml", options.model, CALIBRATION_REQUESTS, depth,
-                               calibration_arms(), lambda i, n, label: draw(f"  seed {seed} calibration ", i, n,
-                                                                             "batches"), CALIBRATION_LOADS, others)
-    say(f"  seed {seed}: calibrated on the calibration split, kappa {fitted.calibration.kappa:.2f}; " + "; ".join(
-        f"{name} ({pool.method}, K={pool.gamma}) d={pool.draft_cost:.3f}, delta "
-        + (", ".join(f"{v:.3f} at {b:.0f}" for b, v in pool.delta) or "not identifiable (calibration's default)")
-        for name, pool in fitted.pools.items()))
-    # the emulated draft-model pools run with SPEC_SEQS slots; real ones as their operator started them
-    slots = {"max_num_seqs": SPEC_SEQS} if options.emulated else {}
-    draft = {"name": "spec-on", "urls": [on], "speculation": {"gamma": depth}, **slots}
-    deployments = {GATE: [draft, {"name": "spec-off", "urls": [off]}]}
-    if ngram:
-        deployments[GATE_METHODS] = [{"name": "ngram", "urls": [ngram], "speculation": {
-            "method": "ngram", "gamma": NGRAM_DEPTH, "prompt_lookup_min": NGRAM_LOOKUP[0],
-            "prompt_lookup_max": NGRAM_LOOKUP[1]}}, draft]
-    with contextlib.ExitStack() as stack:
-        urls = {}
-        for i, (name, pools) in enumerate(deployments.items()):
-            config = {"pools": pools, "calibration_file": str((out / "calibration.yaml").resolve()),
-                      "log_requests": False}
-            path = out / f"draftgate-{i}.yaml"
-            path.write_text(yaml.safe_dump(config))
-            urls[name] = stack.enter_context(ServerProcess(["serve", "--config", str(path), "--log-level",
-                                                            "warning"])).url
-        yield urls
+def _settings(unit: Unit, targets: Targets) -> Any:
+    """The proxy in front of the unit's fleet: for the gate, with the verdict's targets configured."""
+    extra: dict[str, Any] = {}
+    if unit.gated:
+        extra["default_policy"] = {"tpot_target_ms": targets.tpot * 1000, "ttft_target_ms": targets.ttft * 1000}
+        extra["routing"] = dict(unit.routing)
+    return proxy_settings(unit.fleet, MAX_NUM_SEQS, extra)
+
+
+def run_unit(unit: Unit, options: Options) -> UnitResult:
+    """The unit's capacity search over the rate grid, its cost and routes by kind at the reference rate,
+    and its burst."""
+    result = UnitResult(unit, Capacity(0.0, (), True))
+    if unit.rate is not None:
+        rate = unit.rate * unit.gpus
+        result.at_rate = point(simulate(unit, rate, options.requests, options.targets), rate, options.targets)
+        return result
+
+    def measure(per_gpu: float) -> Point:
+        rate = per_gpu * unit.gpus
+        run = simulate(unit, rate, options.requests, options.targets)
+        if per_gpu == REFERENCE_RATE_PER_GPU:
+            result.by_kind, result.routes = _by_kind(run)
+        return point(run, rate, options.targets)
+
+    grid = sorted({*options.rates, REFERENCE_RATE_PER_GPU})
+    result.capacity = search(measure, grid, options.bisections)
+    if options.burst:
+        result.burst = _burst(unit, options)
+    return result
+
+
+def _by_kind(run: Run) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+    seconds: dict[str, float] = {}
+    tokens: dict[str, int] = {}
+    routes: dict[str, dict[str, int]] = {}
+    for s in run.served:
+        if not s.measured:
+            continue
+        seconds[s.kind] = seconds.get(s.kind, 0.0) + s.gpu_seconds
+        tokens[s.kind] = tokens.get(s.kind, 0) + s.tokens
+        by_pool = routes.setdefault(s.kind, {})
+        by_pool[s.pool] = by_pool.get(s.pool, 0) + 1
+    cost = {k: {"busy_gpu_ms_per_token": round(1000 * seconds[k] / max(1, tokens[k]), 4)} for k in sorted(seconds)}
+    shares = {k: {p: round(n / sum(by_pool.values()), 4) for p, n in sorted(by_pool.items())}
+              for k, by_pool in sorted(routes.items())}
+    return cost, shares
+
+
+def _burst(unit: Unit, options: Options) -> Point:
+    """Tool calls and chat turns, ``burst`` a GPU, all at once."""
+    bank = bank_of(unit.seed)
+    count = options.burst * unit.gpus
+    singles = [i for i in mix.sample("verdict", count * 3, unit.seed * 1000 + 999) if i.kind in ("tool call", "chat")]
+    traffic = Burst(singles[:count], bank)
+    sim = Simulation(unit.fleet, bank, _settings(unit, options.targets), unit.calibration, unit.seed, MAX_NUM_SEQS)
+    run = sim.run(traffic, (0.0, float("inf")), DRAIN_LIMIT_SECONDS * 4)
+    run.window.end = run.ended_at
+    return point(run, float(count), options.targets)
+
+
+# ---------------------------------------------------------------- what each seed shares
+
+
+def setup_seed(seed: int, options: Options) -> SeedSetup:
+    """The gate's calibration, the dynamic-K table and the gate's compositions, from the calibration split."""
+    bank = bank_of(seed)
+    spec_pools = [p for p in FIXED.values() if p.speculative]
+    fit = calibrate(bank, spec_pools, calibration_arms(), CALIBRATION_REQUESTS, CALIBRATION_LOADS, MAX_NUM_SEQS)
+    calibration = fit.calibration
+    table = _best_table(seed, calibration, options)
+    traffic = plan_traffic(seed, calibration, options.requests)
+    choices = candidates(MAX_NUM_SEQS, MAX_NUM_BATCHED_TOKENS)
+    target = plans.Targets(options.targets.ttft, options.targets.tpot, 0.99)
+    recommended = {n: plans.recommend(traffic, calibration, n, choices, target) for n in options.gpus}
+    splits = {n: split for n, r in recommended.items() if n >= SPLIT_FROM_GPUS
+              and (split := next((o for o in r.options if not o.homogeneous), None)) is not None}
+    by_cost = {(n, rate): plans.recommend(plans.Traffic(rate * n, traffic.kinds), calibration, n, choices, target,
+                                          objective="cost").best
+               for n in options.gpus for rate in cost_rates(options)}
+    return SeedSetup(seed, calibration, table, {n: r.best for n, r in recommended.items()}, splits, by_cost)
+
+
+def cost_rates(options: Options) -> tuple[float, ...]:
+    """The rates per GPU at which the plan's fleet for objective cost is run."""
+    return tuple(r for r in options.rates if r <= COST_RATES_UP_TO)
+
+
+def plan_traffic(seed: int, calibration: Calibration, requests: int) -> plans.Traffic:
+    """The calibration split as the gate's proxy sees it: ``requests`` of it replayed lightly through one
+    plain GPU, and read from the proxy's own traffic window, as ``draftgate plan`` reads a running proxy's."""
+    fleet = Fleet((FIXED["always off"],))
+    unit = Unit(seed, 1, "plan", fleet, calibration, True)
+    bank = bank_of(seed)
+    schedule = Schedule(10.0, requests / PLAN_TRAFFIC_RATE, 0.0)
+    sim = Simulation(fleet, bank, _settings(unit, Targets()), calibration, seed, MAX_NUM_SEQS)
+    per_item = mix.requests_per_item("calibration")
+    sim.run(OpenLoop(mix.stream("calibration", seed), bank, PLAN_TRAFFIC_RATE, per_item, schedule, seed),
+            schedule.measured, schedule.arrivals_end + DRAIN_LIMIT_SECONDS)
+    traffic = sim.planner.traffic.traffic(sim.now)
+    assert traffic is not None
+    return traffic
+
+
+def _best_table(seed: int, calibration: Calibration, options: Options) -> tuple[tuple[int, int, int], ...]:
+    """The dynamic-K table that keeps the most requests within the targets on one GPU of the calibration
+    split, over rates around where fleets reach their capacity (``TABLE_RATES``)."""
+    best, best_share = DYNAMIC_TABLES[0], -1.0
+    for table in DYNAMIC_TABLES:
+        unit = Unit(seed, 1, DYNAMIC, Fleet((dynamic_pool(table),)), calibration, False)
+        share = statistics.fmean(point(simulate(unit, rate, options.requests // 2, options.targets, "calibration"),
+                                       rate, options.targets).attainment for rate in TABLE_RATES)
+        if share > best_share:
+            best, best_share = table, share
+    return best
+
+
+def meetable(options: Options, requests: int = 200) -> bool:
+    """Whether any fixed strategy meets the targets at the lightest rate on one GPU (first seed): when none
+    does, the verdict would be every capacity 0, minutes later."""
+    lightest = min(options.rates)
+    for pool in FIXED.values():
+        unit = Unit(options.first_seed, 1, "", Fleet((pool,)), Calibration(), False)
+        run_ = simulate(unit, lightest, requests, options.targets)
+        if point(run_, lightest, options.targets).attainment >= ATTAINMENT:
+            return True
+    return False
 
 
 def calibration_arms() -> dict[str, list[dict[str, Any]]]:
@@ -182,59 +275,111 @@ def calibration_arms() -> dict[str, list[dict[str, Any]]]:
             "D": [body for item in found["agent session"] for body in item.requests]}
 
 
-def _reset(pools: list[str]) -> None:
-    with httpx.Client(timeout=30) as client:
-        for url in pools:
-            with contextlib.suppress(httpx.HTTPError):  # a real pool may not expose it
-                client.post(f"{url}/reset_prefix_cache")
+def units(setup: SeedSetup, options: Options) -> Iterator[Unit]:
+    for gpus in options.gpus:
+        for name, pool in FIXED.items():
+            yield Unit(setup.seed, gpus, name, Fleet((pool,)).resized(gpus), setup.calibration, False)
+        yield Unit(setup.seed, gpus, DYNAMIC, Fleet((dynamic_pool(setup.dynamic_table, gpus),)),
+                   setup.calibration, False)
+        gated = [(GATE, setup.compositions[gpus])]
+        if gpus in setup.splits:
+            gated.append((GATE_SPLIT, setup.splits[gpus]))
+        for name, composition in gated:
+            fleet, routing = fleet_of(composition)
+            yield Unit(setup.seed, gpus, name, fleet, calibration_for(fleet, setup.calibration), True,
+                       tuple(sorted(routing.items())))
+        for rate in cost_rates(options):
+            fleet, routing = fleet_of(setup.by_cost[(gpus, rate)])
+            yield Unit(setup.seed, gpus, GATE_COST, fleet, calibration_for(fleet, setup.calibration), True,
+                       tuple(sorted(routing.items())), rate)
 
 
-def run(options: Options, say: Callable[[str], None] = print) -> tuple[dict[str, Any], Results]:
-    """The whole comparison; returns the summary (``--json``'s object) and the raw results."""
-    # real pools: a strategy whose pool is not given is reported as not measured; emulated, the ngram
-    # pool's two are left out when asked (the demo)
-    drafters = options.drafters or not options.emulated
-    ngram = [always_ngram(NGRAM_DEPTH)] if drafters else []
-    strategies = [GATE, *([GATE_METHODS] if drafters else []), *(always_on(d) for d in DEPTHS), *ngram, OFF, DYNAMIC]
-    results = Results(strategies, [always_on(d) for d in DEPTHS] + ngram + [OFF])
-    levels: list[str] = [str(c) for c in options.concurrency] + (["burst"] if options.burst else [])
-    streamed = not options.emulated
-    for seed in range(options.first_seed, options.first_seed + options.seeds):
-        with seed_pools(seed, options, say) as pools:
-            total = len(levels) * len(pools.by_strategy)
-            done = 0
-            for level in levels:
-                if level == "burst":
-                    # single requests (a session's turns cannot all arrive at once): tool calls and chat
-                    singles = [i for i in mix.sample("verdict", options.burst * 2, seed * 1000 + 999)
-                               if i.kind in ("tool call", "chat")]
-                    chosen = singles[: int(options.burst * options.scale) or 1]
+def same_as(unit: Unit) -> str | None:
+    """The fixed strategy whose runs a gate's are, when its fleet is that strategy's one configuration: with
+    one pool the gate routes every request to it, through the same proxy on the same seed."""
+    if not unit.gated or len(unit.fleet.pools) != 1:
+        return None
+    pool = unit.fleet.pools[0]
+    return next((name for name, fixed in FIXED.items() if fixed.signature == pool.signature), None)
+
+
+def calibration_for(fleet: Fleet, calibration: Calibration) -> Calibration:
+    """``calibration`` with each of ``fleet``'s pools under its own name (a second pool of a
+    configuration takes the first's fit)."""
+    pools = {}
+    for pool in fleet.pools:
+        source = next((p for p in FIXED.values() if p.signature == pool.signature), None)
+        fitted = calibration.pools.get(source.name) if source is not None else None
+        if fitted is not None:
+            pools[pool.name] = fitted
+    return calibration.model_copy(update={"pools": pools})
+
+
+# ---------------------------------------------------------------- the whole verdict
+
+
+def run(options: Options, say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Every seed's setup, then its units, as workers come free; returns the summary (``--json``'s object).
+
+    A seed's units are submitted once its setup is done, behind what is already queued, so no worker idles
+    while another works out a setup. The results are put in order before the summary: it depends on what
+    was run, never on which worker ran it when."""
+    seeds = list(range(options.first_seed, options.first_seed + options.seeds))
+    workers = options.workers or os.cpu_count() or 1
+    setups: list[SeedSetup] = []
+    every: list[Unit] = []
+    results: list[UnitResult] = []
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        pending: set[Future[SeedSetup]] = {pool.submit(setup_seed, seed, options) for seed in seeds}
+        running: set[Future[UnitResult]] = set()
+        total = 0
+        while pending or running:
+            waiting: set[Future[Any]] = pending | running
+            done, _ = wait(waiting, return_when=FIRST_COMPLETED)
+            for future in done:
+                if future in pending:
+                    pending.discard(future)
+                    setup = future.result()
+                    setups.append(setup)
+                    say(f"  seed {setup.seed}: kappa {setup.calibration.kappa:.2f}; dynamic K table "
+                        f"{[list(row) for row in setup.dynamic_table]}; the gate's fleets: "
+                        + "; ".join(f"{n} GPUs {c.name}" for n, c in setup.compositions.items()))
+                    mine = list(units(setup, options))
+                    every += mine
+                    running |= {pool.submit(run_unit, unit, options) for unit in mine if same_as(unit) is None}
+                    total += sum(1 for unit in mine if same_as(unit) is None)
                 else:
-                    chosen = mix.sample("verdict", items_at(int(level), options.scale), seed * 1000 + int(level))
-                for name, (url, behind) in pools.by_strategy.items():
-                    draw(f"  seed {seed} ", done, total, f"runs ({name}, {level})")
-                    _reset(behind)
-                    started = time.perf_counter()
-                    measured = asyncio.run(burst(url, chosen, streamed) if level == "burst"
-                                           else closed_loop(url, chosen, int(level), streamed))
-                    results.add(level, name, seed, Run(measured, time.perf_counter() - started, len(behind)))
-                    done += 1
-            draw(f"  seed {seed} ", total, total, "runs")
-    return verdict.summary(results, options.emulated), results
+                    running.discard(future)
+                    results.append(future.result())
+                    unit = results[-1].unit
+                    draw("  ", len(results), total + (len(pending) * len(results) // max(1, len(setups))),
+                         f"runs ({unit.strategy}, {unit.gpus} GPUs, seed {unit.seed})")
+    ran = {(r.unit.seed, r.unit.gpus, r.unit.strategy): r for r in results if r.unit.rate is None}
+    for unit in every:
+        fixed = same_as(unit)
+        if fixed is None:
+            continue
+        source = ran[(unit.seed, unit.gpus, fixed)]
+        if unit.rate is None:
+            results.append(dataclasses.replace(source, unit=unit, same_as=fixed))
+        else:
+            results.append(UnitResult(unit, Capacity(0.0, (), True), same_as=fixed,
+                                      at_rate=source.capacity.at(unit.rate * unit.gpus)))
+    setups.sort(key=lambda s: s.seed)
+    results.sort(key=lambda r: (r.unit.seed, r.unit.gpus, r.unit.strategy, r.unit.rate or 0.0))
+    return verdict.summary(results, setups, options.targets, seeds, options.rates)
 
 
-def report(summary_: dict[str, Any], options: Options, say: Callable[[str], None] = print) -> Path | None:
-    """The table, the latencies, the findings in words, and the figure."""
+def report(summary: dict[str, Any], options: Options, say: Callable[[str], None] = print) -> Path | None:
+    """The capacity table, the latencies, cost and routes by kind, the findings, and the figure."""
     options.out.mkdir(parents=True, exist_ok=True)
-    (options.out / "verdict.json").write_text(json.dumps(summary_, indent=2))
-    say(f"\nCost per output token, {summary_['cost_unit']}: mean [range over {summary_['seeds']} seeds]\n")
-    say(verdict.table(summary_))
-    say("\n" + verdict.latency_table(summary_))
-    drafters = verdict.drafters_table(summary_, always_ngram(NGRAM_DEPTH), always_on(GATED_DEPTH))
-    if drafters:
-        say("\n" + drafters)
-    say("\n" + "\n".join(verdict.findings(summary_)))
-    path = verdict.figure(summary_, options.out / "cost_vs_concurrency.png")
+    (options.out / "verdict.json").write_text(json.dumps(summary, indent=2))
+    say("\n" + verdict.capacity_table(summary))
+    say("\n" + verdict.rates_table(summary))
+    say("\n" + verdict.kinds_table(summary))
+    say("\n" + verdict.cost_table(summary))
+    say("\n" + "\n".join(verdict.findings(summary)))
+    path = verdict.figure(summary, options.out / "tpot_vs_rate.png")
     if path:
         say(f"\nfigure: {path}")
     return path
@@ -246,11 +391,10 @@ def main(options: Options) -> int:
     def say(text: str) -> None:
         print(text, file=stream, flush=True)
 
-    if options.emulated:
-        say("draftgate evaluate: EMULATED pools (no GPU; H200 physics). Point --spec-on/--spec-off at your own "
-            "pools for your hardware's verdict.")
-    summary_, _ = run(options, say)
-    report(summary_, options, say)
+    say("draftgate evaluate: EMULATED H200s in virtual time (no GPU). Point --spec-on/--spec-off at your own "
+        "pools for your hardware's figures.")
+    summary = run(options, say)
+    report(summary, options, say)
     if options.as_json:
-        print(json.dumps(summary_))
+        print(json.dumps(summary, sort_keys=True))
     return 0

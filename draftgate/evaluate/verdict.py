@@ -1,279 +1,322 @@
-"""From what every strategy's requests cost to the verdict: a table, a JSON object, a figure.
+"""From every strategy's runs to the verdict: the JSON object, the tables, the findings, the figure.
 
-Cost is docs/model.md's: busy GPU-seconds per output token, prefill included, at
-the stated load, shown in GPU-milliseconds. Each strategy's figure is the mean
-over seeds with its range beside it. The oracle sends each request to whichever
-fixed pool was cheaper for it, as measured by running it on each; it needs
-per-request ground truth, so it exists against emulated pools only.
+The headline is capacity: the highest arrival rate per GPU at which the share
+of requests meeting both latency targets reaches the attainment required,
+each strategy on the same number of GPUs. Every figure is the mean over seeds,
+with the range beside the capacity. Busy GPU-seconds per output token are
+docs/model.md's cost at a rate; provisioned GPU-seconds per token are what a
+fixed fleet pays at that rate, idle time included.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
-from dataclasses import dataclass, field
+from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from draftgate.evaluate.replay import Measured
+from draftgate.evaluate.capacity import ATTAINMENT, Point
+from draftgate.evaluate.simulation import Targets
+from draftgate.evaluate.strategies import GATE, GATE_SPLIT
 
-GATE = "gate"
-GATE_METHODS = "gate, ngram + draft"  # the gate in front of an ngram pool and a draft-model pool
-ORACLE = "oracle"
-OFF = "always off"
-DYNAMIC = "dynamic K"
-GATES = (GATE, GATE_METHODS)
-GATED_DEPTH = 8  # the draft-model pool both gates use
+if TYPE_CHECKING:
+    from draftgate.evaluate.bench import SeedSetup, UnitResult
 
 
-def always_on(depth: int) -> str:
-    return f"always on K={depth}"
+def _ms(seconds: float) -> float | None:
+    return None if not math.isfinite(seconds) else round(seconds * 1000, 3)
 
 
-def always_ngram(depth: int) -> str:
-    return f"always ngram K={depth}"
+def _mean(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    if len(known) < len(values) or not known:
+        return None  # a seed whose requests were never answered: no finite figure
+    return round(statistics.fmean(known), 4)
 
 
-@dataclass
-class Run:
-    """One strategy at one level under one seed."""
-
-    measured: list[Measured]
-    wall_seconds: float
-    pools: int  # pools the strategy keeps busy, for the real-pool cost
-
-    @property
-    def tokens(self) -> int:
-        return sum(m.tokens for m in self.measured)
-
-    def cost_per_token(self) -> float:
-        """Busy GPU-seconds per output token: the ground truth where there is one, else the
-        run's wall time on every pool it used (exact for a pool that never idled)."""
-        if all(m.gpu_seconds is not None for m in self.measured):
-            return sum(m.gpu_seconds or 0.0 for m in self.measured) / max(1, self.tokens)
-        return self.wall_seconds * self.pools / max(1, self.tokens)
+def _rate(points: Sequence[Point], gpus: int) -> dict[str, Any]:
+    first = points[0]
+    return {
+        "rps": round(first.rps, 4),
+        "rps_per_gpu": round(first.rps / gpus, 4),
+        "ttft_p99_ms": _mean([_ms(p.ttft_p99) for p in points]),
+        "tpot_p99_ms": _mean([_ms(p.tpot_p99) for p in points]),
+        "e2e_p99_ms": _mean([_ms(p.e2e_p99) for p in points]),
+        "slo_attainment": round(statistics.fmean(p.attainment for p in points), 4),
+        "busy_gpu_ms_per_token": _mean([_ms(p.busy_gpu_seconds_per_token) for p in points]),
+        "provisioned_gpu_ms_per_token": _mean([_ms(p.provisioned_gpu_seconds_per_token) for p in points]),
+    }
 
 
-@dataclass
-class Results:
-    """runs[level][strategy][seed]; ``level`` is a concurrency, or "burst"."""
-
-    strategies: list[str]
-    fixed: list[str]  # the pools the oracle chooses among
-    runs: dict[str, dict[str, dict[int, Run]]] = field(default_factory=dict)  # a strategy not run: not measured
-
-    def add(self, level: str, strategy: str, seed: int, run: Run) -> None:
-        self.runs.setdefault(level, {}).setdefault(strategy, {})[seed] = run
-
-    def oracle(self, level: str, seed: int) -> float | None:
-        """Per request, the cheapest fixed pool's cost; None without ground truth for every one."""
-        per_key: dict[str, float] = {}
-        tokens: dict[str, int] = {}
-        for name in self.fixed:
-            run = self.runs.get(level, {}).get(name, {}).get(seed)
-            if run is None:
-                return None
-            for m in run.measured:
-                if m.gpu_seconds is None:
-                    return None
-                per_key[m.key] = min(per_key.get(m.key, m.gpu_seconds), m.gpu_seconds)
-                tokens[m.key] = m.tokens
-        return sum(per_key.values()) / max(1, sum(tokens.values())) if per_key else None
-
-
-def _percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def _ms(value: float | None) -> float | None:
-    return None if value is None else round(value * 1000, 3)
-
-
-def summary(results: Results, emulated: bool) -> dict[str, Any]:
-    """The ``--json`` object: ``levels`` maps each level to ``strategies``, each with its cost per
-    token (mean, min, max over seeds) and latency percentiles, or ``measured: false``."""
-    levels: dict[str, Any] = {}
-    for level, by_strategy in results.runs.items():
-        strategies: dict[str, Any] = {}
-        for name in results.strategies:
-            seeds = by_strategy.get(name)
-            if not seeds:
-                strategies[name] = {"measured": False}
-                continue
-            costs = [run.cost_per_token() for run in seeds.values()]
-            every = [m for run in seeds.values() for m in run.measured]
-            entry: dict[str, Any] = {
-                "measured": True,
-                "cost_per_token": {"mean": _ms(statistics.fmean(costs)), "min": _ms(min(costs)), "max": _ms(max(costs))},
-                "tpot_p50_ms": _ms(_percentile([m.tpot for m in every], 0.5)),
-                "tpot_p99_ms": _ms(_percentile([m.tpot for m in every], 0.99)),
-                "ttft_p50_ms": _ms(_percentile([m.ttft for m in every], 0.5)),
-                "ttft_p99_ms": _ms(_percentile([m.ttft for m in every], 0.99)),
-                "requests": len(every),
-            }
-            if name == GATE:
-                entry["to_speculation"] = round(sum(m.route.startswith("spec-on") for m in every) / max(1, len(every)), 3)
-            if name in GATES:
-                entry["routes_by_kind"] = _routes_by_kind(every)
-            by_kind = _cost_by_kind(every)
-            if by_kind:
-                entry["cost_by_kind"] = by_kind
-            strategies[name] = entry
-        oracles = [o for seed in _seeds(by_strategy) if (o := results.oracle(level, seed)) is not None]
-        if oracles:
-            strategies[ORACLE] = {"measured": True, "cost_per_token": {
-                "mean": _ms(statistics.fmean(oracles)), "min": _ms(min(oracles)), "max": _ms(max(oracles))}}
-        levels[level] = {"strategies": strategies}
-    return {"cost_unit": "busy GPU-milliseconds per output token" + (" (emulated H200)" if emulated else ""),
-            "latency_unit": "milliseconds" + (" (simulated)" if emulated else ""),
-            "seeds": len(_seeds(next(iter(results.runs.values()), {}))), "levels": levels}
+def summary(results: Sequence[UnitResult], setups: Sequence[SeedSetup], targets: Targets, seeds: Sequence[int],
+            rates: Sequence[float]) -> dict[str, Any]:
+    """The ``--json`` object: ``targets``, ``seeds``, and ``fleets`` -> size -> ``strategies`` -> name ->
+    ``gpus``, ``composition``, ``capacity_rps_per_gpu`` {mean, min, max over seeds}, ``rates``; and per size
+    ``cost_objective``, the fleets planned for objective cost at their rates (``_cost_objective``)."""
+    fleets: dict[str, Any] = {}
+    by_key: dict[tuple[int, str], list[UnitResult]] = {}
+    for result in results:
+        if result.unit.rate is None:
+            by_key.setdefault((result.unit.gpus, result.unit.strategy), []).append(result)
+    predicted = {(s.seed, gpus, GATE): c for s in setups for gpus, c in s.compositions.items()}
+    predicted.update({(s.seed, gpus, GATE_SPLIT): c for s in setups for gpus, c in s.splits.items()})
+    for (gpus, name), found in by_key.items():
+        found.sort(key=lambda r: r.unit.seed)
+        capacities = [r.capacity.rate for r in found]  # searched per GPU
+        compositions = [r.unit.fleet.composition() for r in found]
+        common = Counter(tuple(sorted(c.items())) for c in compositions).most_common(1)[0][0]
+        entry: dict[str, Any] = {
+            "gpus": gpus,
+            "composition": dict(common),
+            "capacity_rps_per_gpu": {"mean": round(statistics.fmean(capacities), 4),
+                                     "min": round(min(capacities), 4), "max": round(max(capacities), 4)},
+            "capacity_bounded": all(r.capacity.bounded for r in found),
+            "rates": [],
+        }
+        if any(c != dict(common) for c in compositions):
+            entry["compositions_by_seed"] = {str(r.unit.seed): c for r, c in zip(found, compositions)}
+        for rate in rates:
+            entry["rates"].append(_rate([r.capacity.at(rate * gpus) for r in found], gpus))
+        bursts = [r.burst for r in found if r.burst is not None]
+        if bursts:
+            entry["burst"] = {k: v for k, v in _rate(bursts, gpus).items() if k not in ("rps_per_gpu",)}
+            entry["burst"]["requests"] = entry["burst"].pop("rps")
+        kinds = sorted({k for r in found for k in r.by_kind})
+        entry["cost_by_kind"] = {k: _mean([r.by_kind[k]["busy_gpu_ms_per_token"] if k in r.by_kind else None
+                                           for r in found]) for k in kinds}
+        if name.startswith(GATE):
+            entry["routes_by_kind"] = {k: _mean_shares([r.routes.get(k, {}) for r in found]) for k in kinds}
+            plans = [predicted.get((r.unit.seed, gpus, name)) for r in found]
+            entry["predicted_capacity_rps_per_gpu"] = round(statistics.fmean(
+                p.capacity / gpus for p in plans if p is not None), 4)
+            entry["plan"] = Counter(p.name for p in plans if p is not None).most_common(1)[0][0]
+        same = {r.same_as for r in found}
+        if same != {None}:
+            # a gate in front of one configuration routes every request to it: the same runs, not run twice
+            entry["same_runs_as"] = sorted(s for s in same if s is not None)
+        fleets.setdefault(str(gpus), {"strategies": {}})["strategies"][name] = entry
+    _cost_objective([r for r in results if r.unit.rate is not None], setups, fleets)
+    return {
+        "targets": {"ttft_p99_ms": round(targets.ttft * 1000, 3), "tpot_p99_ms": round(targets.tpot * 1000, 3),
+                    "attainment": ATTAINMENT},
+        "seeds": len(seeds),
+        "units": {"rps": "requests a second over the fleet, every turn of a session counted",
+                  "latency": "simulated milliseconds", "cost": "GPU-milliseconds per output token (emulated H200)"},
+        "fleets": {size: fleets[size] for size in sorted(fleets, key=int)},
+    }
 
 
-def _routes_by_kind(measured: list[Measured]) -> dict[str, dict[str, float]]:
-    """Per kind of request, the share the gate sent to each pool."""
-    counts: dict[str, dict[str, int]] = {}
-    for m in measured:
-        counts.setdefault(m.kind, {}).setdefault(m.route, 0)
-        counts[m.kind][m.route] += 1
-    return {kind: {route: round(n / sum(by_route.values()), 3) for route, n in sorted(by_route.items())}
-            for kind, by_route in sorted(counts.items())}
+def _cost_objective(results: Sequence[UnitResult], setups: Sequence[SeedSetup], fleets: dict[str, Any]) -> None:
+    """Per fleet size, ``cost_objective``: at each rate, the fleet the plan recommends when cost is the objective
+    (one per seed, planned for that rate), run there, beside the homogeneous fleet with the fewest busy GPU-ms
+    per token among those that kept the targets at that rate (mean attainment at least 99%), or where none did,
+    among those that came closest."""
+    planned = {(s.seed, gpus, rate): c for s in setups for (gpus, rate), c in s.by_cost.items()}
+    by_rate: dict[tuple[int, float], list[UnitResult]] = {}
+    for result in results:
+        assert result.unit.rate is not None
+        by_rate.setdefault((result.unit.gpus, result.unit.rate), []).append(result)
+    for (gpus, rate), found in sorted(by_rate.items()):
+        found.sort(key=lambda r: r.unit.seed)
+        plans = [planned[(r.unit.seed, gpus, rate)] for r in found]
+        row = _rate([r.at_rate for r in found if r.at_rate is not None], gpus)
+        row["plan"] = Counter(p.name for p in plans).most_common(1)[0][0]
+        if any(p.name != row["plan"] for p in plans):
+            row["plans_by_seed"] = {str(r.unit.seed): p.name for r, p in zip(found, plans)}
+        row["predicted_busy_gpu_ms_per_token"] = _mean([_ms(p.cost_per_token) for p in plans])
+        strategies = fleets[str(gpus)]["strategies"]
+        fixed = {name: next(r for r in entry["rates"] if math.isclose(r["rps_per_gpu"], rate))
+                 for name, entry in strategies.items() if not name.startswith(GATE)}
+        costed = {name: r for name, r in fixed.items() if r["busy_gpu_ms_per_token"] is not None}
+        closest = max((r["slo_attainment"] for r in costed.values()), default=0.0)
+        within = {name: r for name, r in costed.items() if r["slo_attainment"] >= min(ATTAINMENT, closest)}
+        if within:
+            best = min(within, key=lambda name: within[name]["busy_gpu_ms_per_token"])
+            row["cheapest_homogeneous"] = best
+            row["cheapest_homogeneous_busy_gpu_ms_per_token"] = within[best]["busy_gpu_ms_per_token"]
+            row["cheapest_homogeneous_slo_attainment"] = within[best]["slo_attainment"]
+        fleets[str(gpus)].setdefault("cost_objective", []).append(row)
 
 
-def _cost_by_kind(measured: list[Measured]) -> dict[str, float]:
-    """Per kind of request, busy GPU-milliseconds per output token over every seed (ground truth only)."""
-    if any(m.gpu_seconds is None for m in measured):
-        return {}
-    seconds: dict[str, float] = {}
-    tokens: dict[str, int] = {}
-    for m in measured:
-        seconds[m.kind] = seconds.get(m.kind, 0.0) + (m.gpu_seconds or 0.0)
-        tokens[m.kind] = tokens.get(m.kind, 0) + m.tokens
-    return {kind: round(seconds[kind] / max(1, tokens[kind]) * 1000, 3) for kind in sorted(seconds)}
+def _mean_shares(shares: Sequence[dict[str, float]]) -> dict[str, float]:
+    pools = sorted({p for s in shares for p in s})
+    return {p: round(statistics.fmean(s.get(p, 0.0) for s in shares), 4) for p in pools}
 
 
-def _seeds(by_strategy: dict[str, dict[int, Run]]) -> list[int]:
-    return sorted({seed for seeds in by_strategy.values() for seed in seeds})
+def _best_homogeneous(strategies: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    fixed = {n: s for n, s in strategies.items() if not n.startswith(GATE)}
+    name = max(fixed, key=lambda n: fixed[n]["capacity_rps_per_gpu"]["mean"])
+    return name, fixed[name]
 
 
-def table(summary_: dict[str, Any]) -> str:
-    """Cost per token by level (rows) and strategy (columns): mean, and the range over seeds."""
-    levels = summary_["levels"]
-    names = list(dict.fromkeys(name for level in levels.values() for name in level["strategies"]))
-    header = ["concurrency", *names]
+def capacity_table(summary_: dict[str, Any]) -> str:
+    """Capacity per GPU at the targets: fleet sizes across, strategies down (mean [range over seeds])."""
+    t = summary_["targets"]
+    sizes = list(summary_["fleets"])
+    names = list(dict.fromkeys(n for size in sizes for n in summary_["fleets"][size]["strategies"]))
+    header = ["strategy", *(f"{s} GPUs" for s in sizes)]
     rows = []
-    for level, entry in levels.items():
-        cells = [level]
-        for name in names:
-            s = entry["strategies"].get(name, {"measured": False})
-            if not s.get("measured"):
-                cells.append("not measured")
+    for name in names:
+        cells = [name]
+        for size in sizes:
+            entry = summary_["fleets"][size]["strategies"].get(name)
+            if entry is None:
+                cells.append("-")
                 continue
-            c = s["cost_per_token"]
-            cells.append(f"{c['mean']:.2f} [{c['min']:.2f}-{c['max']:.2f}]")
+            c = entry["capacity_rps_per_gpu"]
+            more = "" if entry["capacity_bounded"] else "+"  # the heaviest rate tried still met the targets
+            cells.append(f"{c['mean']:.2f} [{c['min']:.2f}-{c['max']:.2f}]{more}")
         rows.append(cells)
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    fmt = lambda cells: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
-    return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, rows)])
+    fmt = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+    lines = [f"Capacity, requests a second per GPU with {t['attainment']:.0%} of requests within p99 TTFT "
+             f"{t['ttft_p99_ms'] / 1000:g} s and TPOT {t['tpot_p99_ms']:g} ms: mean [range over "
+             f"{summary_['seeds']} seeds]", "", fmt(header), fmt(["-" * w for w in widths]), *map(fmt, rows)]
+    for size in sizes:
+        gate = summary_["fleets"][size]["strategies"].get(GATE)
+        if gate is not None:
+            lines.append(f"  the gate's fleet on {size} GPUs: " + ", ".join(
+                f"{pool} x{n}" for pool, n in gate["composition"].items())
+                + f" (its plan predicted {gate['predicted_capacity_rps_per_gpu']:.2f} per GPU)")
+    return "\n".join(lines)
 
 
-def latency_table(summary_: dict[str, Any]) -> str:
-    """p50 / p99 time per output token and p99 time to first token, per level and strategy."""
-    lines = []
-    for level, entry in summary_["levels"].items():
-        parts = []
-        for name, s in entry["strategies"].items():
-            if s.get("measured") and "tpot_p50_ms" in s:
-                parts.append(f"{name} {s['tpot_p50_ms']:.0f}/{s['tpot_p99_ms']:.0f}/{s['ttft_p99_ms']:.0f}")
-        lines.append(f"  {level:>6}: " + ", ".join(parts))
-    return "time per output token p50/p99, time to first token p99 (ms):\n" + "\n".join(lines)
+def rates_table(summary_: dict[str, Any]) -> str:
+    """p99 TPOT and attainment at each rate, per fleet size and strategy."""
+    lines = ["p99 time per output token (ms) / share within the targets, by arrival rate per GPU:"]
+    for size, fleet in summary_["fleets"].items():
+        strategies = fleet["strategies"]
+        first = next(iter(strategies.values()))
+        rates = [r["rps_per_gpu"] for r in first["rates"]]
+        lines.append(f"  {size} GPUs" + "".join(f"{r:>14g}" for r in rates))
+        for name, entry in strategies.items():
+            cells = [f"{_fmt(r['tpot_p99_ms'])}/{r['slo_attainment']:.3f}" for r in entry["rates"]]
+            lines.append(f"    {name:<22}" + "".join(f"{c:>14}" for c in cells))
+    return "\n".join(lines)
 
 
-def drafters_table(summary_: dict[str, Any], ngram: str, draft: str) -> str:
-    """Where each drafter pays: per level and kind of request, the cost on the ngram pool alone, on
-    the draft-model pool alone, with no speculation, and through the gate in front of the first two,
-    with the share of the kind the gate sent to the ngram pool."""
-    lines = [f"where each drafter pays ({ngram} / {draft} / {OFF} / {GATE_METHODS}, GPU-ms per token; "
-             "share the gate sent to ngram):"]
-    for level, entry in summary_["levels"].items():
-        strategies = entry["strategies"]
-        gated = strategies.get(GATE_METHODS, {})
-        if "cost_by_kind" not in gated:
-            continue
-        lines.append(f"  {level}:")
-        for kind, cost in gated["cost_by_kind"].items():
-            alone = [strategies.get(name, {}).get("cost_by_kind", {}).get(kind) for name in (ngram, draft, OFF)]
-            share = gated["routes_by_kind"].get(kind, {}).get("ngram", 0.0)
-            lines.append(f"    {kind:<14} " + " / ".join("-" if c is None else f"{c:.2f}" for c in alone)
-                         + f" / {cost:.2f}   to ngram {share:.0%}")
-    return "\n".join(lines) if len(lines) > 1 else ""
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def kinds_table(summary_: dict[str, Any]) -> str:
+    """Busy GPU-ms per token by kind of request at the reference rate, and where the gate sent each kind."""
+    lines = ["Busy GPU-ms per output token by kind of request, at 1 request a second per GPU (gate: its routes):"]
+    for size, fleet in summary_["fleets"].items():
+        strategies = fleet["strategies"]
+        kinds = sorted({k for e in strategies.values() for k in e.get("cost_by_kind", {})})
+        lines.append(f"  {size} GPUs" + "".join(f"{k:>16}" for k in kinds))
+        for name, entry in strategies.items():
+            lines.append(f"    {name:<22}" + "".join(f"{_fmt2(entry['cost_by_kind'].get(k)):>16}" for k in kinds))
+            if "routes_by_kind" in entry:
+                if "compositions_by_seed" in entry:
+                    lines.append("      (its fleets differ between seeds: the shares are over all of them)")
+                for kind, routes in entry["routes_by_kind"].items():
+                    lines.append(f"      {kind}: " + ", ".join(f"{p} {s:.0%}" for p, s in routes.items()))
+    return "\n".join(lines)
+
+
+def _fmt2(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def cost_table(summary_: dict[str, Any]) -> str:
+    """Objective cost: at each light rate, busy GPU-ms per token of the fleet the plan recommends for it, beside
+    the cheapest homogeneous fleet that kept the targets there."""
+    lines = ["Objective cost (a fleet that scales with load): busy GPU-ms per output token of the fleet the plan "
+             "recommends for each rate, predicted / measured / share within the targets, beside the cheapest "
+             "homogeneous fleet within the targets (where none kept them, of those that came closest):"]
+    for size, fleet in summary_["fleets"].items():
+        for row in fleet.get("cost_objective", []):
+            cheapest = row.get("cheapest_homogeneous")
+            against = ("no homogeneous fleet to compare" if cheapest is None else
+                       f"{cheapest} {row['cheapest_homogeneous_busy_gpu_ms_per_token']:.2f} / "
+                       f"{row['cheapest_homogeneous_slo_attainment']:.3f}")
+            lines.append(f"  {size} GPUs at {row['rps_per_gpu']:g}/GPU: {_fmt2(row['predicted_busy_gpu_ms_per_token'])}"
+                         f" / {_fmt2(row['busy_gpu_ms_per_token'])} / {row['slo_attainment']:.3f}; {against}")
+            lines.append(f"      plan: {row['plan']}" + (" (on most seeds)" if "plans_by_seed" in row else ""))
+    return "\n".join(lines)
 
 
 def findings(summary_: dict[str, Any]) -> list[str]:
-    """Plain sentences: at each level, where the gate stands against the cheapest alternative."""
+    """Plain sentences: at each fleet size, where the gate's fleet stands against the best homogeneous one."""
     out = []
-    for level, entry in summary_["levels"].items():
-        strategies = entry["strategies"]
-        gate = strategies.get(GATE, {})
-        if not gate.get("measured"):
+    for size, fleet in summary_["fleets"].items():
+        strategies = fleet["strategies"]
+        gate = strategies.get(GATE)
+        best_name, best = _best_homogeneous(strategies)
+        b = best["capacity_rps_per_gpu"]
+        where = f"On {size} GPUs"
+        if gate is None:
+            out.append(f"{where} the best fleet is {best_name}: {b['mean']:.2f} requests a second per GPU.")
             continue
-        others = {n: s["cost_per_token"]["mean"] for n, s in strategies.items()
-                  if n not in (*GATES, ORACLE) and s.get("measured")}
-        if not others:
-            continue
-        best = min(others, key=lambda n: others[n])
-        g = gate["cost_per_token"]["mean"]
-        where = "in the burst" if level == "burst" else f"at concurrency {level}"
-        change = g / others[best] - 1
-        if change > 0.005:
-            out.append(f"{where} the gate LOSES: {change:.1%} more than {best} ({g:.2f} against {others[best]:.2f}).")
-        elif change < -0.005:
-            out.append(f"{where} the gate is the cheapest: {-change:.1%} less than {best}.")
-        else:
-            out.append(f"{where} the gate ties {best}.")
-        oracle = strategies.get(ORACLE)
-        if oracle:
-            out[-1] += f" The oracle: {oracle['cost_per_token']['mean']:.2f}."
-        methods = strategies.get(GATE_METHODS, {})
-        alone = {n: s["cost_per_token"]["mean"] for n, s in strategies.items()
-                 if n.startswith(("always ngram", f"always on K={GATED_DEPTH}")) and s.get("measured")}
-        if methods.get("measured") and alone:
-            cheaper = min(alone, key=lambda n: alone[n])
-            m = methods["cost_per_token"]["mean"]
-            out.append(f"  {where}, in front of an ngram pool and a draft-model pool, the gate costs {m:.2f}: "
-                       f"{m / alone[cheaper] - 1:+.1%} against the cheaper of the two alone ({cheaper}, "
-                       f"{alone[cheaper]:.2f}).")
+        g = gate["capacity_rps_per_gpu"]
+        change = g["mean"] / b["mean"] - 1 if b["mean"] > 0 else 0.0
+        spread = g["min"] > b["max"] or g["max"] < b["min"]
+        verb = "serves" if change >= 0 else "LOSES:"
+        out.append(f"{where} the gate's fleet ({', '.join(f'{p} x{n}' for p, n in gate['composition'].items())}) "
+                   f"{verb} {abs(change):.1%} {'more' if change >= 0 else 'less'} than the best homogeneous fleet, "
+                   f"{best_name} ({g['mean']:.2f} against {b['mean']:.2f} requests a second per GPU; "
+                   + ("beyond" if spread else "within") + " the spread between seeds).")
+        if len(gate["composition"]) == 1:
+            out.append("  Its plan found no split better at this size: it recommends one configuration, and the gate "
+                       "only balances it.")
+        split = strategies.get(GATE_SPLIT)
+        if split is not None:
+            s_ = split["capacity_rps_per_gpu"]
+            out.append(f"  The best split its plan found ({split['plan']}), run: {s_['mean']:.2f} requests a second "
+                       f"per GPU, {s_['mean'] / b['mean'] - 1:+.1%} against {best_name} (predicted "
+                       f"{split['predicted_capacity_rps_per_gpu']:.2f}).")
+        worse = [r["rps_per_gpu"] for r, o in zip(gate["rates"], best["rates"])
+                 if r["rps_per_gpu"] * int(size) <= g["mean"] * int(size) and r["tpot_p99_ms"] is not None
+                 and o["tpot_p99_ms"] is not None and r["tpot_p99_ms"] > o["tpot_p99_ms"] * 1.05]
+        if worse:
+            out.append(f"  Below its capacity its p99 TPOT is over 5% worse than {best_name}'s at "
+                       + ", ".join(f"{r:g}" for r in worse) + " requests a second per GPU.")
+        out.extend(_cost_findings(fleet.get("cost_objective", [])))
     return out
 
 
+def _cost_findings(rows: Sequence[dict[str, Any]]) -> list[str]:
+    compared = [r for r in rows if r.get("cheapest_homogeneous") is not None and r["busy_gpu_ms_per_token"] is not None]
+    if not compared:
+        return []
+    changes = ", ".join(f"{r['busy_gpu_ms_per_token'] / r['cheapest_homogeneous_busy_gpu_ms_per_token'] - 1:+.0%} "
+                        f"at {r['rps_per_gpu']:g}" for r in compared)
+    missed = [f"{r['rps_per_gpu']:g}" for r in compared
+              if r["slo_attainment"] < min(ATTAINMENT, r["cheapest_homogeneous_slo_attainment"])]
+    return [f"  Objective cost: the plan's fleets cost {changes} requests a second per GPU in busy GPU-ms per token "
+            "against the cheapest homogeneous fleet within the targets (or closest to them)"
+            + (f"; fewer of their requests kept the targets at {', '.join(missed)}." if missed else ".")]
+
+
 def figure(summary_: dict[str, Any], path: Path) -> Path | None:
-    """Cost per token against concurrency, one line per strategy (the burst is left out: it has no concurrency)."""
+    """p99 TPOT against arrival rate per GPU, one panel per fleet size, one line per strategy."""
     try:
         from draftgate.plots import plt
     except ImportError:
         return None
-    levels = [(int(level), entry) for level, entry in summary_["levels"].items() if level != "burst"]
-    if not levels:
-        return None
-    names = list(dict.fromkeys(n for _, entry in levels for n in entry["strategies"]))
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for name in names:
-        points = [(c, entry["strategies"][name]["cost_per_token"]) for c, entry in levels
-                  if entry["strategies"].get(name, {}).get("measured")]
-        if not points:
-            continue
-        xs = [c for c, _ in points]
-        ax.plot(xs, [p["mean"] for _, p in points], marker="o", label=name,
-                linewidth=2.5 if name in GATES else 1.2, linestyle="--" if name == ORACLE else "-")
-        ax.fill_between(xs, [p["min"] for _, p in points], [p["max"] for _, p in points], alpha=0.12)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xticks([c for c, _ in levels], [str(c) for c, _ in levels])
-    ax.set_xlabel("concurrency (closed loop)")
-    ax.set_ylabel(summary_["cost_unit"])
-    ax.set_title("Cost per output token against load (mean, band = range over seeds)")
-    ax.legend(fontsize=8)
+    sizes = list(summary_["fleets"])
+    fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 4.5), squeeze=False, sharey=True)
+    target = summary_["targets"]["tpot_p99_ms"]
+    for ax, size in zip(axes[0], sizes):
+        for name, entry in summary_["fleets"][size]["strategies"].items():
+            points = [(r["rps_per_gpu"], r["tpot_p99_ms"]) for r in entry["rates"] if r["tpot_p99_ms"] is not None]
+            if points:
+                ax.plot([x for x, _ in points], [y for _, y in points], marker="o", label=name,
+                        linewidth=2.5 if name.startswith(GATE) else 1.2)
+        ax.axhline(target, color="grey", linestyle="--", linewidth=1)
+        ax.set_xscale("log", base=2)
+        rates = [r["rps_per_gpu"] for r in next(iter(summary_["fleets"][size]["strategies"].values()))["rates"]]
+        ax.set_xticks(rates, [f"{r:g}" for r in rates])
+        ax.set_yscale("log")
+        ax.set_xlabel("arrival rate, requests/s per GPU")
+        ax.set_title(f"{size} GPUs")
+    axes[0][0].set_ylabel("p99 time per output token, ms")
+    axes[0][-1].legend(fontsize=7)
+    fig.suptitle("p99 TPOT against load (mean over seeds; dashed: the target)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

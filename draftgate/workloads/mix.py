@@ -23,9 +23,12 @@ hash), so calibration never sees a verdict request, whatever the seed.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import random
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -57,8 +60,9 @@ def _rows(path: Any) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+@functools.lru_cache(maxsize=2)
 def items(split: Split) -> dict[str, list[Item]]:
-    """Every item of ``split``, by kind, in a fixed order."""
+    """Every item of ``split``, by kind, in a fixed order (read once; not to be changed)."""
     out: dict[str, list[Item]] = {kind: [] for kind in KINDS}
     for n, row in enumerate(_rows(BFCL_SAMPLE)):
         if split_of(row["id"]) != split:
@@ -104,13 +108,26 @@ def _turns(request: dict[str, Any]) -> list[dict[str, Any]]:
 
 def sample(split: Split, count: int, seed: int) -> list[Item]:
     """``count`` items of ``split`` drawn by ``WEIGHTS`` (without repeats while any are left)."""
+    return list(itertools.islice(stream(split, seed), count))
+
+
+def stream(split: Split, seed: int) -> Iterator[Item]:
+    """Items of ``split`` drawn by ``WEIGHTS``, endlessly: each kind's items in a shuffled order,
+    over and over."""
     rng = random.Random(seed)
     pools = {kind: rng.sample(found, len(found)) for kind, found in items(split).items() if found}
     kinds = list(pools)
+    weights = [WEIGHTS[k] for k in kinds]
     taken = dict.fromkeys(kinds, 0)
-    chosen: list[Item] = []
-    for _ in range(count):
-        kind = rng.choices(kinds, weights=[WEIGHTS[k] for k in kinds])[0]
-        chosen.append(pools[kind][taken[kind] % len(pools[kind])])
+    while True:
+        kind = rng.choices(kinds, weights=weights)[0]
+        yield pools[kind][taken[kind] % len(pools[kind])]
         taken[kind] += 1
-    return chosen
+
+
+def requests_per_item(split: Split) -> float:
+    """Requests an item drawn by ``WEIGHTS`` makes, on average (a session's turns each count)."""
+    found = items(split)
+    total = sum(WEIGHTS[k] for k, kind_items in found.items() if kind_items)
+    return sum(WEIGHTS[k] / total * sum(len(i.requests) for i in kind_items) / len(kind_items)
+               for k, kind_items in found.items() if kind_items)

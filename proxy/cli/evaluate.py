@@ -1,61 +1,129 @@
-"""``draftgate evaluate``: the gate's standing against every alternative, with its spread over seeds."""
+"""``draftgate evaluate``: every strategy on the same fleet, capacity at the latency targets, over seeds."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from draftgate.cli_error import CliError
+
+if TYPE_CHECKING:
+    from draftgate.evaluate.simulation import Targets
+
+MIN_REQUESTS_PER_GPU = 50  # a run that brings each GPU fewer requests never loads it
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, default=5, help="emulated hardware and traffic draws (default 5)")
-    parser.add_argument("--concurrency", default="1,8,32,64", help="closed-loop levels, comma-separated")
-    parser.add_argument("--burst", type=int, default=96, help="requests of the open-loop burst; 0 leaves it out")
-    parser.add_argument("--scale", type=float, default=1.0, help="requests per level, relative to the default")
-    parser.add_argument("--time-scale", type=float, default=0.05,
-                        help="emulated pools: wall seconds per simulated second (figures do not depend on it)")
+    parser.add_argument("--gpus", default="2,4,8", help="fleet sizes, comma-separated (default 2,4,8)")
+    parser.add_argument("--rates", default=None, help="arrival rates per GPU, requests a second, comma-separated "
+                                                      "(default 0.5,1,2,4,8: light to past saturation)")
+    parser.add_argument("--ttft-target-ms", type=float, default=2000.0, help="p99 time to first token (default 2000)")
+    parser.add_argument("--tpot-target-ms", type=float, default=50.0, help="p99 time per output token (default 50)")
+    parser.add_argument("--requests", type=int, default=600, help="requests measured per run (default 600)")
+    parser.add_argument("--burst", type=int, default=64, help="requests per GPU of the burst; 0 leaves it out")
+    parser.add_argument("--workers", type=int, default=0, help="processes running the simulations (default: "
+                                                                "one per core); the figures do not depend on it")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    parser.add_argument("--out", default="evaluate-output", help="where calibrations, verdict.json and the figure go")
+    parser.add_argument("--out", default="evaluate-output", help="where verdict.json and the figure go")
     parser.add_argument("--spec-on", action="append", default=[], metavar="[K=]URL",
-                        help="a real speculation pool (depth K, 8 if not given); repeat for more depths")
-    parser.add_argument("--spec-off", help="the real plain pool")
-    parser.add_argument("--dynamic-k", help="a real pool running num_speculative_tokens_per_batch_size")
+                        help="a real pool drafting with a draft model at depth K (8 if not given); repeat for more")
+    parser.add_argument("--spec-off", help="a real plain pool")
+    parser.add_argument("--eagle3", metavar="URL", help="a real pool drafting with an EAGLE-3 head")
     parser.add_argument("--ngram", metavar="URL", help="a real pool drafting with ngram, num_speculative_tokens 4, "
                                                        "prompt_lookup_min 2 and prompt_lookup_max 4")
+    parser.add_argument("--dynamic-k", help="a real pool running num_speculative_tokens_per_batch_size")
+
+
+def _numbers(text: str, name: str, kind: type) -> list:
+    try:
+        values = [kind(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise CliError(f"--{name} takes numbers separated by commas, got {text!r}") from None
+    if not values:
+        raise CliError(f"--{name} needs at least one value")
+    return values
 
 
 def run(args: argparse.Namespace) -> int:
     import httpx
 
-    from draftgate.evaluate.bench import Options, main
     from draftgate.evaluate.replay import ReplayError
+    from draftgate.evaluate.simulation import Targets
     from draftgate.servers import ServerStartError
 
-    try:
-        levels = [int(part) for part in args.concurrency.split(",") if part.strip()]
-    except ValueError:
-        raise CliError(f"--concurrency takes whole numbers separated by commas, got {args.concurrency!r}") from None
-    if not levels or min(levels) < 1:
-        raise CliError("--concurrency needs at least one level, each 1 or more")
-    if args.seeds < 1 or args.burst < 0 or args.scale <= 0 or args.time_scale <= 0:
-        raise CliError("--seeds must be 1 or more, --burst 0 or more, --scale and --time-scale above 0")
+    gpus = _numbers(args.gpus, "gpus", int)
+    if min(gpus) < 1:
+        raise CliError(f"--gpus takes fleet sizes of 1 GPU or more, got {args.gpus!r}")
+    rates = _numbers(args.rates, "rates", float) if args.rates else None
+    if rates is not None and min(rates) <= 0:
+        raise CliError("--rates must all be above 0 requests a second")
+    if args.seeds < 1 or args.burst < 0 or args.workers < 0:
+        raise CliError("--seeds must be 1 or more, --burst and --workers 0 or more")
+    if args.ttft_target_ms <= 0 or args.tpot_target_ms <= 0:
+        raise CliError("--ttft-target-ms and --tpot-target-ms must be above 0")
+    if args.requests < MIN_REQUESTS_PER_GPU * max(gpus):
+        raise CliError(f"a fleet of {max(gpus)} GPUs needs --requests of at least {MIN_REQUESTS_PER_GPU * max(gpus)}: "
+                       f"with {args.requests}, its GPUs are never loaded")
+    targets = Targets(args.ttft_target_ms / 1000.0, args.tpot_target_ms / 1000.0)
     spec_on: dict[int, str] = {}
     for given in args.spec_on:
         depth, _, url = given.rpartition("=") if "=" in given.split("://")[0] else ("8", "", given)
         if not depth.isdigit() or not url.startswith(("http://", "https://")):
             raise CliError(f"--spec-on takes URL or K=URL, got {given!r}")
         spec_on[int(depth)] = url.rstrip("/")
-    if bool(spec_on) != bool(args.spec_off):
-        raise CliError("give --spec-on and --spec-off together (real pools), or neither (emulated pools)")
-    options = Options(seeds=args.seeds, concurrency=levels, burst=args.burst, scale=args.scale,
-                      time_scale=args.time_scale, out=Path(args.out), spec_on=spec_on,
-                      spec_off=args.spec_off.rstrip("/") if args.spec_off else None,
-                      dynamic_k=args.dynamic_k.rstrip("/") if args.dynamic_k else None,
-                      ngram=args.ngram.rstrip("/") if args.ngram else None, as_json=args.json)
+    real = [u for u in (args.spec_off, args.eagle3, args.ngram, args.dynamic_k) if u] + list(spec_on.values())
     try:
-        return main(options)
+        if real:
+            return _real(args, spec_on, rates, targets)
+        return _simulated(args, gpus, rates, targets)
     except (ServerStartError, ReplayError) as exc:
         raise CliError(str(exc)) from None
     except httpx.HTTPError as exc:
         raise CliError(f"a pool could not be reached: {type(exc).__name__} {exc}") from None
+
+
+def _simulated(args: argparse.Namespace, gpus: list[int], rates: list[float] | None, targets: Targets) -> int:
+    from draftgate.evaluate.bench import RATES_PER_GPU, Options, main, meetable
+
+    options = Options(seeds=args.seeds, gpus=tuple(gpus), rates=tuple(rates or RATES_PER_GPU),
+                      targets=targets, requests=args.requests, burst=args.burst, workers=args.workers,
+                      out=Path(args.out), as_json=args.json)
+    if not meetable(options):
+        raise CliError(f"no strategy holds p99 TTFT {args.ttft_target_ms:g} ms and TPOT {args.tpot_target_ms:g} ms "
+                       f"for 99% of requests even at {min(options.rates):g} requests a second per GPU: "
+                       "loosen the targets")
+    return main(options)
+
+
+def _real(args: argparse.Namespace, spec_on: dict[int, str], rates: list[float] | None, targets: Targets) -> int:
+    import json
+    import sys
+
+    from draftgate.evaluate import real, verdict
+
+    given = real.real_pools(spec_on, _url(args.spec_off), _url(args.ngram), _url(args.eagle3), _url(args.dynamic_k))
+    stream = sys.stderr if args.json else sys.stdout
+
+    def say(text: str) -> None:
+        print(text, file=stream, flush=True)
+
+    say("draftgate evaluate: your pools, in wall time; each strategy is reported under the GPUs it uses")
+    summary = real.run(given, tuple(rates or real.RATES_PER_GPU), args.requests, targets, 1, Path(args.out), say)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "verdict.json").write_text(json.dumps(summary, indent=2))
+    say("\n" + verdict.capacity_table(summary))
+    say("\n" + verdict.rates_table(summary))
+    if args.json:
+        print(json.dumps(summary, sort_keys=True))
+    return 0
+
+
+def _url(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not value.startswith(("http://", "https://")):
+        raise CliError(f"a pool is given by its base URL, http://host:port; got {value!r}")
+    return value.rstrip("/")

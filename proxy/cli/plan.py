@@ -1,19 +1,20 @@
-"""``draftgate plan``: how to split N GPUs between the speculation and plain pools for the traffic seen.
+"""``draftgate plan``: the fleet of N GPUs that serves the traffic seen best, beside the one running.
 
-Reads the traffic from the proxy's request log (``event: request`` lines: class,
-lengths, time) or from its metrics (two scrapes a window apart:
-``draftgate_request_tokens`` and ``draftgate_observed_schema_fraction`` by
-request class), the calibration and pools of a configuration file, and prints every split
-with its busy GPU-seconds per output token and time per output token
-(``draftgate.policy.fleet`` says how they are worked out), the alternatives
-beside them: all GPUs speculating, all with vLLM's dynamic K when the
-configuration's speculation pool runs it, all plain.
+Reads the traffic from the proxy's request log (``event: request`` lines: kind,
+lengths, what was cached, time) or from its metrics (two scrapes a window
+apart: ``draftgate_request_tokens`` by kind of request), and the calibration,
+pools, targets and candidates of a configuration file. It weighs every fleet
+of N GPUs made of up to ``--max-pools`` pools from the candidates, each kind of
+request going whole to one pool (``draftgate.policy.fleet`` says how each is
+worked out), and prints the best by the objective, the best of one
+configuration, and the running fleet, with the ``routing:`` that applies it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -28,75 +29,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--from-metrics", metavar="URL", help="a proxy's base URL: its /metrics, scraped twice "
                                                               "--window seconds apart, describe the traffic")
     parser.add_argument("--window", type=float, default=60.0, help="seconds between the two scrapes (default 60)")
-    parser.add_argument("--gpus", type=int, required=True, help="GPUs to split between the pools")
-    parser.add_argument("--config", help="the proxy's configuration: calibration file, depth, max_num_seqs, "
-                                         "dynamic K, latency target (defaults where omitted)")
-    parser.add_argument("--tpot-target-ms", type=float, help="time per output token to hold (overrides the config)")
-    parser.add_argument("--json", action="store_true", help="print the options as one JSON object")
+    parser.add_argument("--gpus", type=int, required=True, help="GPUs of the fleet to plan")
+    parser.add_argument("--config", help="the proxy's configuration: calibration file, pools (the running fleet), "
+                                         "latency targets, objective, plan_candidates (defaults where omitted)")
+    parser.add_argument("--objective", choices=["capacity", "cost"], help="capacity: the most traffic within the "
+                        "targets (a fixed fleet); cost: the fewest busy GPU-seconds per token at the traffic's rate "
+                        "(a fleet that scales); default: the configuration's fleet_objective")
+    parser.add_argument("--tpot-target-ms", type=float, help="p99 time per output token to hold (default: the "
+                                                              "configuration's, else 50)")
+    parser.add_argument("--ttft-target-ms", type=float, help="p99 time to first token to hold (default: the "
+                                                              "configuration's, else 2000)")
+    parser.add_argument("--max-pools", type=int, default=2, help="pools a fleet may be split into (default 2)")
+    parser.add_argument("--candidates", help="the candidate configurations to weigh, by name, comma-separated "
+                                             "(default: every one: the configuration's plan_candidates, else plain, "
+                                             "draft-k2, draft-k4, draft-k8, eagle3-k3, ngram-k4)")
+    parser.add_argument("--json", action="store_true", help="print the plan as one JSON object")
 
 
-def _traffic(rate: float, per_class: dict[str, tuple[float, float, float, float]], gamma: int,
-             calibration: Any) -> Any:
-    """``per_class``: name -> (requests, mean output tokens, mean prompt tokens, mean w_S)."""
-    from draftgate.policy import law
-    from draftgate.policy.fleet import ClassTraffic, Traffic
-    from draftgate.policy.gate import PoolView, predicted_taus
-
-    taus = predicted_taus(calibration, PoolView("spec-on", "draft_model", gamma=gamma), 0.0)
-    count = sum(n for n, _, _, _ in per_class.values())
-    classes = []
-    for name, (n, output, prompt, w_s) in sorted(per_class.items()):
-        rest = 1.0 - w_s
-        mix = law.ClassMix(w_s, rest if name == "reasoning" else 0.0, 0.0 if name == "reasoning" else rest)
-        classes.append(ClassTraffic(name, n / count, output, prompt, mix, taus))
-    return Traffic(rate, tuple(classes))
-
-
-def traffic_from_metrics(url: str, window: float, gamma: int, calibration: Any) -> Any:
-    """The same from two scrapes of a proxy's metrics ``window`` seconds apart."""
-    import time
-
-    import httpx
-    from prometheus_client.parser import text_string_to_metric_families
-
-    def scrape() -> dict[tuple[str, str, str], float]:
-        try:
-            text = httpx.get(f"{url.rstrip('/')}/metrics", timeout=30).text
-        except httpx.HTTPError as exc:
-            raise CliError(f"cannot read {url}/metrics: {type(exc).__name__} {exc}") from None
-        out: dict[tuple[str, str, str], float] = defaultdict(float)
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                cls = sample.labels.get("class", "")
-                if sample.name in ("draftgate_request_tokens_sum", "draftgate_request_tokens_count"):
-                    out[(sample.name, cls, sample.labels.get("kind", ""))] += sample.value
-                elif sample.name in ("draftgate_observed_schema_fraction_sum", "draftgate_observed_schema_fraction_count"):
-                    out[(sample.name, cls, "")] += sample.value
-        return out
-
-    first = scrape()
-    time.sleep(window)
-    second = scrape()
-    delta = {key: second[key] - first.get(key, 0.0) for key in second}
-    per_class = {}
-    for (name, cls, kind), n in delta.items():
-        if name != "draftgate_request_tokens_count" or kind != "output" or n <= 0:
-            continue
-        output = delta[("draftgate_request_tokens_sum", cls, "output")] / n
-        prompts = delta.get(("draftgate_request_tokens_count", cls, "prompt"), 0.0)
-        prompt = delta.get(("draftgate_request_tokens_sum", cls, "prompt"), 0.0) / prompts if prompts else 0.0
-        seen = delta.get(("draftgate_observed_schema_fraction_count", cls, ""), 0.0)
-        w_s = delta.get(("draftgate_observed_schema_fraction_sum", cls, ""), 0.0) / seen if seen else 0.0
-        per_class[cls] = (n, output, prompt, w_s)
-    count = sum(n for n, _, _, _ in per_class.values())
-    if count < 2:
-        raise CliError(f"{url} completed {count:.0f} request(s) in {window:g} s; the plan needs traffic to size")
-    return _traffic(count / window, per_class, gamma, calibration)
-
-
-def traffic_from_log(path: Path, gamma: int, calibration: Any) -> Any:
-    """Request rate and, per request class, share, lengths and S/R/F mix from the log's request lines."""
-    rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
+def rows_from_log(path: Path) -> tuple[list[dict[str, Any]], float]:
+    """Per-request rows and the span they came over, from the log's request lines."""
+    rows: list[dict[str, Any]] = []
     times: list[float] = []
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
@@ -109,85 +61,188 @@ def traffic_from_log(path: Path, gamma: int, calibration: Any) -> Any:
             continue  # other processes' lines in the same file
         if not isinstance(record, dict) or record.get("event") != "request" or record.get("status") != 200:
             continue
-        if not isinstance(record.get("completion_tokens"), (int, float)) or not isinstance(record.get("ts"), (int, float)):
+        if not all(isinstance(record.get(key), (int, float)) for key in ("completion_tokens", "ts")):
             continue
-        rows[str(record.get("class", "prose"))].append(record)
+        prompt = float(record.get("prompt_tokens") or 0.0)
+        rows.append({"kind": str(record.get("class", "prose")), "output_tokens": float(record["completion_tokens"]),
+                     "prefill_tokens": max(0.0, prompt - float(record.get("cached_tokens") or 0.0)),
+                     "w_s": float(record.get("w_s_observed") or 0.0), "w_r": float(record.get("w_r_observed") or 0.0),
+                     "temperature": float(record.get("temperature") or 0.0)})
         times.append(float(record["ts"]))
-    count = sum(len(r) for r in rows.values())
-    if count < 2:
-        raise CliError(f"{path} has {count} completed request line(s); the plan needs traffic to size")
-    span = max(1.0, max(times) - min(times))
-    per_class = {name: (float(len(found)),
-                        sum(float(r["completion_tokens"]) for r in found) / len(found),
-                        sum(float(r.get("prompt_tokens") or 0.0) for r in found) / len(found),
-                        sum(float(r.get("w_s_observed") or 0.0) for r in found) / len(found))
-                 for name, found in rows.items()}
-    return _traffic(count / span, per_class, gamma, calibration)
+    if len(rows) < 2:
+        raise CliError(f"{path} has {len(rows)} completed request line(s); the plan needs traffic to size")
+    return rows, max(1.0, max(times) - min(times))
+
+
+def rows_from_metrics(url: str, window: float) -> tuple[list[dict[str, Any]], float]:
+    """Rows from two scrapes of a proxy's metrics ``window`` seconds apart: each kind's prompt and output
+    tokens as their histograms' buckets hold them, a row per bucket and request."""
+    import time
+
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def scrape() -> dict[tuple[str, str, str, str], float]:
+        try:
+            text = httpx.get(f"{url.rstrip('/')}/metrics", timeout=30).text
+        except httpx.HTTPError as exc:
+            raise CliError(f"cannot read {url}/metrics: {type(exc).__name__} {exc}") from None
+        out: dict[tuple[str, str, str, str], float] = defaultdict(float)
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name.startswith(("draftgate_request_tokens", "draftgate_observed_schema_fraction")):
+                    key = (sample.name, sample.labels.get("class", ""), sample.labels.get("kind", ""),
+                           sample.labels.get("le", ""))
+                    out[key] += sample.value
+        return out
+
+    first = scrape()
+    time.sleep(window)
+    second = scrape()
+    delta = {key: second[key] - first.get(key, 0.0) for key in second}
+    rows: list[dict[str, Any]] = []
+    kinds = {cls for (name, cls, kind, _), n in delta.items()
+             if name == "draftgate_request_tokens_count" and kind == "output" and n > 0}
+    for cls in sorted(kinds):
+        seen = delta.get(("draftgate_observed_schema_fraction_count", cls, "", ""), 0.0)
+        w_s = delta.get(("draftgate_observed_schema_fraction_sum", cls, "", ""), 0.0) / seen if seen else 0.0
+        outputs, prompts = _bucket_values(delta, cls, "output"), _bucket_values(delta, cls, "prompt")
+        for i, output in enumerate(outputs):
+            rows.append({"kind": cls, "output_tokens": output, "prefill_tokens": prompts[i % len(prompts)] if prompts
+                         else 0.0, "w_s": w_s, "w_r": 1.0 - w_s if cls == "reasoning" else 0.0, "temperature": 0.0})
+    if len(rows) < 2:
+        raise CliError(f"{url} completed {len(rows)} request(s) in {window:g} s; the plan needs traffic to size")
+    return rows, window
+
+
+def _bucket_values(delta: dict[tuple[str, str, str, str], float], cls: str, kind: str) -> list[float]:
+    """A value per request counted in the histogram's buckets: each bucket's middle (the last finite
+    bound for the open one), and the buckets' mean scaled to the histogram's own sum."""
+    buckets = sorted((float(le), n) for (name, c, k, le), n in delta.items()
+                     if name == "draftgate_request_tokens_bucket" and c == cls and k == kind)
+    values: list[float] = []
+    below, previous = 0.0, 0.0
+    for bound, cumulative in buckets:
+        count = int(round(cumulative - below))
+        middle = previous if bound == float("inf") else (previous + bound) / 2
+        values += [middle] * count
+        below, previous = cumulative, bound if bound != float("inf") else previous
+    total = delta.get(("draftgate_request_tokens_sum", cls, kind, ""), 0.0)
+    if values and sum(values) > 0:
+        values = [v * total / sum(values) for v in values]
+    return values
 
 
 def run(args: argparse.Namespace) -> int:
+    from draftgate.policy import fleet
     from draftgate.policy.calibration import Calibration
-    from draftgate.policy.fleet import plan
     from draftgate.proxy.config import ConfigError, load_settings
-    from draftgate.proxy.planner import load_calibration_or_defaults
+    from draftgate.proxy.planner import candidate_of, load_calibration_or_defaults
 
     if args.gpus < 1:
         raise CliError("--gpus must be 1 or more")
-    gamma, plain_seqs, spec_seqs, dynamic, target_ms = 8, 256, 256, [], None
+    if args.window <= 0:
+        raise CliError("--window must be above 0 seconds")
+    if args.max_pools < 1:
+        raise CliError("--max-pools must be 1 or more")
     calibration = Calibration()
+    running: list[tuple[Any, int]] = []
+    candidates: tuple[Any, ...] = fleet.default_candidates()
+    objective, tpot_ms, ttft_ms = "capacity", None, None
     if args.config:
         try:
             settings = load_settings(args.config)
             calibration = load_calibration_or_defaults(settings)
         except ConfigError as exc:
             raise CliError(str(exc)) from None
-        spec = next((p for p in settings.pools if p.speculation is not None), None)
-        plain = next((p for p in settings.pools if p.speculation is None), None)
-        if spec is not None and spec.speculation is not None:
-            gamma, spec_seqs = spec.speculation.gamma, spec.max_num_seqs
-            dynamic = spec.speculation.num_speculative_tokens_per_batch_size
-        plain_seqs = plain.max_num_seqs if plain is not None else plain_seqs
-        target_ms = settings.default_policy.tpot_target_ms
-    if args.tpot_target_ms is not None:
-        target_ms = args.tpot_target_ms
-    if args.window <= 0:
-        raise CliError("--window must be above 0 seconds")
-    traffic = (traffic_from_log(Path(args.from_log), gamma, calibration) if args.from_log
-               else traffic_from_metrics(args.from_metrics, args.window, gamma, calibration))
-    options = plan(traffic, calibration, args.gpus, gamma, plain_seqs, spec_seqs,
-                   target_ms / 1000.0 if target_ms else None, dynamic)
+        running = [(candidate_of(p.name, p.speculation, p.max_num_seqs, p.max_num_batched_tokens), len(p.urls))
+                   for p in settings.pools]
+        candidates = tuple(candidate_of(c.name, c.speculation, c.max_num_seqs, c.max_num_batched_tokens)
+                           for c in settings.plan_candidates) or candidates
+        policy = settings.default_policy
+        objective, tpot_ms, ttft_ms = policy.fleet_objective, policy.tpot_target_ms, policy.ttft_target_ms
+    if args.candidates:
+        wanted = [name.strip() for name in args.candidates.split(",") if name.strip()]
+        unknown = [name for name in wanted if name not in {c.name for c in candidates}]
+        if unknown or not wanted:
+            raise CliError(f"--candidates: {', '.join(unknown) or 'none given'}; the candidates are "
+                           + ", ".join(c.name for c in candidates))
+        candidates = tuple(c for c in candidates if c.name in wanted)
+    objective = args.objective or objective
+    targets = fleet.Targets((args.ttft_target_ms or ttft_ms or 2000.0) / 1000.0,
+                            (args.tpot_target_ms or tpot_ms or 50.0) / 1000.0)
+    rows, span = rows_from_log(Path(args.from_log)) if args.from_log else rows_from_metrics(args.from_metrics,
+                                                                                            args.window)
+    traffic = fleet.Traffic(len(rows) / span, fleet.kinds_from(rows))
+    current = None
+    if running and sum(n for _, n in running) == args.gpus:
+        current, _ = fleet.best_assignment(traffic, calibration, running, targets, objective)
+    try:
+        plan = fleet.recommend(traffic, calibration, args.gpus, candidates, targets, objective, args.max_pools,
+                               current.pools if current is not None else None)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    needed = _gpus_needed(traffic, plan)
     if args.json:
-        print(json.dumps({"requests_per_second": traffic.requests_per_second,
-                          "classes": {c.name: {"share": c.share, "output_tokens": c.output_tokens,
-                                               "prompt_tokens": c.prompt_tokens} for c in traffic.classes},
-                          "options": [{"name": o.name, "spec_gpus": o.spec_gpus, "plain_gpus": o.plain_gpus,
-                                       "speculated": list(o.speculated), "cost_per_token": o.cost_per_token,
-                                       "tpot": o.tpot, "feasible": o.feasible, "meets_target": o.meets_target}
-                                      for o in options]}, indent=2))
+        print(json.dumps({**_as_json(traffic, plan, args.gpus, targets, objective), "gpus_the_traffic_fills": needed},
+                         indent=2))
         return 0
-    print(_report(traffic, options, args.gpus, target_ms, calibration.is_default))
+    print(_report(traffic, plan, args.gpus, targets, objective, calibration.is_default))
+    if needed < args.gpus / 2:
+        print(f"\nNote: the traffic seen ({traffic.requests_per_second:.2f} requests/s) fills about {needed} of the "
+              f"{args.gpus} GPUs within the targets; most of the rest would idle. For a fleet that grows with load, "
+              "--objective cost.")
     return 0
 
 
-def _report(traffic: Any, options: list[Any], gpus: int, target_ms: float | None, default_calibration: bool) -> str:
+def _gpus_needed(traffic: Any, plan: Any) -> int:
+    """GPUs of the recommended fleet's kind that carry the traffic's rate within the targets."""
+    per_gpu = plan.best.capacity / max(1, plan.best.gpus)
+    return max(1, math.ceil(traffic.requests_per_second / per_gpu)) if per_gpu > 0 else plan.best.gpus
+
+
+def _composition(c: Any, gpus: int) -> dict[str, Any]:
+    return {"name": c.name, "pools": [{"pool": p.candidate.name, "gpus": p.gpus, "kinds": list(p.kinds),
+                                       "method": p.candidate.method, "depth": p.candidate.gamma} for p in c.pools],
+            "capacity_rps": round(c.capacity, 4), "capacity_rps_per_gpu": round(c.capacity / gpus, 4),
+            "busy_gpu_ms_per_token": None if c.cost_per_token != c.cost_per_token or c.cost_per_token == float("inf")
+            else round(c.cost_per_token * 1000, 4)}
+
+
+def _as_json(traffic: Any, plan: Any, gpus: int, targets: Any, objective: str) -> dict[str, Any]:
+    return {"requests_per_second": traffic.requests_per_second, "objective": objective,
+            "targets": {"ttft_p99_ms": targets.ttft * 1000, "tpot_p99_ms": targets.tpot * 1000},
+            "kinds": {k.name: {"share": k.share, "output_tokens": k.output_tokens, "prefill_tokens": k.prefill_tokens}
+                      for k in traffic.kinds},
+            "recommended": _composition(plan.best, gpus),
+            "best_homogeneous": _composition(plan.best_homogeneous, gpus),
+            "running": None if plan.current is None else _composition(plan.current, gpus),
+            "gain_over_running": plan.gain,
+            "routing": plan.best.assignment()}
+
+
+def _report(traffic: Any, plan: Any, gpus: int, targets: Any, objective: str, default_calibration: bool) -> str:
     lines = [f"traffic: {traffic.requests_per_second:.2f} requests/s; "
-             + ", ".join(f"{c.name} {c.share:.0%} ({c.output_tokens:.0f} tokens out)" for c in traffic.classes)]
+             + ", ".join(f"{k.name} {k.share:.0%} ({k.output_tokens:.0f} tokens out, {k.prefill_tokens:.0f} to "
+                         "prefill)" for k in traffic.kinds)]
     if default_calibration:
         lines.append("calibration: the defaults (run draftgate calibrate for your pools' own figures)")
-    lines.append(f"\n{gpus} GPUs, busy GPU-ms per output token (lower is better)"
-                 + (f", time per output token target {target_ms:g} ms" if target_ms else "") + ":\n")
-    best = options[0]
-    alternatives = [o for o in options if o.plain_gpus == 0 or o.spec_gpus == 0]
-    shown = [best] + [o for o in alternatives if o is not best]
-    for o in shown:
-        notes = ([] if o.feasible else ["cannot carry the traffic"]) + ([] if o.meets_target else ["misses the target"])
-        on = ", ".join(o.speculated) if o.speculated and o.plain_gpus else ("everything" if o.speculated else "-")
-        lines.append(f"  {'PLAN ' if o is best else '     '}{o.name:<44} {o.cost_per_token * 1000:8.3f} GPU-ms/token  "
-                     f"{o.tpot * 1000:6.1f} ms/token  speculating: {on}" + (f"  ({'; '.join(notes)})" if notes else ""))
-    if not (best.feasible and best.meets_target):
-        lines.append("\nNo split carries this traffic within the target: more GPUs, or a looser target.")
-    dynamic = next((o for o in options if o.name.startswith("all with dynamic K")), None)
-    if dynamic is not None and dynamic.feasible and dynamic.cost_per_token <= best.cost_per_token * 1.02:
-        lines.append("\nOne pool with dynamic K is as good as the split (within 2%): draftgate's split is not worth it "
-                     "for this traffic.")
+    lines.append(f"\n{gpus} GPUs, objective {objective}; capacity within p99 TTFT {targets.ttft * 1000:g} ms and "
+                 f"TPOT {targets.tpot * 1000:g} ms, as predicted:\n")
+    shown = [("PLAN", plan.best), ("one configuration", plan.best_homogeneous)]
+    if plan.current is not None:
+        shown.append(("running", plan.current))
+    for label, c in shown:
+        cost = "-" if c.cost_per_token != c.cost_per_token or c.cost_per_token == float("inf") else \
+            f"{c.cost_per_token * 1000:.2f}"
+        lines.append(f"  {label:<18} {c.capacity:7.2f} requests/s ({c.capacity / gpus:.2f} per GPU), "
+                     f"{cost} busy GPU-ms/token: {c.name}")
+    if plan.best.homogeneous:
+        lines.append(f"\nNo split beats one configuration for this traffic: run {plan.best.pools[0].candidate.name} "
+                     "on every GPU.")
+    else:
+        lines.append("\nTo apply it, run these pools and route the kinds so (draftgate.yaml):\n  routing:")
+        lines += [f"    {kind}: {pool}" for kind, pool in sorted(plan.best.assignment().items())]
+    if plan.gain is not None:
+        lines.append(f"\nThe plan would serve {plan.gain:+.0%} against the running fleet.")
     return "\n".join(lines)

@@ -1,0 +1,140 @@
+"""What a fleet gets at an arrival rate, and its capacity: the highest rate at which enough requests
+meet the latency targets, found by search over the rate (as Vidur-Search finds it).
+
+A rate's figures come from one simulated run of the fleet from empty: seeded
+Poisson arrivals of the mix, a warm-up, a measurement window sized to hold
+``requests`` arrivals, a cool-down, then the drain (``traffic.Schedule``).
+Every strategy of a seed replays the same arrivals at a rate. The search
+measures a grid of rates first (the figures every strategy reports), then
+halves the bracket where attainment crosses the threshold, and interpolates
+within the last bracket.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from draftgate.evaluate.simulation import Run, Served, Targets
+from draftgate.evaluate.traffic import Schedule
+
+ATTAINMENT = 0.99  # share of requests that must meet the targets at capacity
+LONGEST_WINDOW_SECONDS = 150.0  # at light load a window holds fewer requests: nearly all meet the targets
+DRAIN_LIMIT_SECONDS = 120.0  # a fleet far past saturation is cut off; what it has not answered missed the targets
+
+
+def schedule_for(rate: float, requests: int) -> Schedule:
+    """A run of ``requests`` measured arrivals at ``rate``: a warm-up longer than most requests take, so the
+    window sees the steady state, and as long a cool-down (shorter at high rates, where a few hundred
+    arrivals fill the fleet)."""
+    margin = min(15.0, max(8.0, 300.0 / rate))
+    return Schedule(margin, min(requests / rate, LONGEST_WINDOW_SECONDS), margin)
+
+
+@dataclass(frozen=True)
+class Point:
+    """What a fleet gets at one arrival rate (``rps``, over the fleet)."""
+
+    rps: float
+    requests: int
+    attainment: float  # share of the window's requests that met both targets
+    ttft_p50: float
+    ttft_p99: float
+    tpot_p50: float
+    tpot_p99: float
+    e2e_p99: float
+    busy_gpu_seconds_per_token: float
+    provisioned_gpu_seconds_per_token: float
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The nearest-rank percentile (``inf`` for a request never answered)."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def point(run: Run, rps: float, targets: Targets) -> Point:
+    measured = [s for s in run.served if s.measured]
+    window = run.window
+    tokens = max(1, window.tokens)
+    return Point(
+        rps=rps,
+        requests=len(measured),
+        attainment=sum(s.meets(targets) for s in measured) / max(1, len(measured)),
+        ttft_p50=percentile([s.ttft for s in measured], 0.5),
+        ttft_p99=percentile([s.ttft for s in measured], 0.99),
+        tpot_p50=percentile([_tpot(s) for s in measured], 0.5),
+        tpot_p99=percentile([_tpot(s) for s in measured], 0.99),
+        e2e_p99=percentile([s.e2e for s in measured], 0.99),
+        busy_gpu_seconds_per_token=window.busy_seconds / tokens,
+        provisioned_gpu_seconds_per_token=run.gpus * (window.end - window.start) / tokens,
+    )
+
+
+def _tpot(served: Served) -> float:
+    return served.tpot if served.finished else math.inf
+
+
+@dataclass(frozen=True)
+class Capacity:
+    rate: float  # in the units of the grid searched; 0 when even the lightest rate misses
+    points: tuple[Point, ...]  # every rate measured, in rate order
+    bounded: bool  # False: the heaviest rate tried still met the targets
+
+    def at(self, rps: float) -> Point:
+        """The point measured at ``rps`` (over the fleet)."""
+        return next(p for p in self.points if math.isclose(p.rps, rps))
+
+
+def search(measure: Callable[[float], Point], grid: list[float], steps: int = 3,
+           threshold: float = ATTAINMENT) -> Capacity:
+    """The highest rate whose attainment reaches ``threshold``: ``measure`` at every rate of ``grid``
+    (ascending), then ``steps`` halvings of the bracket where attainment falls below it, then linear
+    interpolation within the last bracket.
+
+    Attainment falls with the rate, but a run's is a sample, and a dip at one rate below a pass at the
+    next is noise: the grid's bracket and the last interpolation are taken on the measurements made
+    monotone (``_falling``), so one unlucky run does not set the capacity."""
+    points = {rate: measure(rate) for rate in grid}
+    low, high = _bracket(points, threshold)
+    if high is None:
+        return Capacity(max(points), tuple(points[r] for r in sorted(points)), False)
+    if low is None:
+        return Capacity(0.0, tuple(points[r] for r in sorted(points)), True)
+    for _ in range(steps):
+        middle = (low + high) / 2
+        points[middle] = measure(middle)
+        low, high = (middle, high) if points[middle].attainment >= threshold else (low, middle)
+    fitted = _falling(points)
+    a_low, a_high = fitted[low], fitted[high]
+    share = (a_low - threshold) / (a_low - a_high) if a_low > a_high else 0.0
+    return Capacity(low + (high - low) * min(1.0, max(0.0, share)), tuple(points[r] for r in sorted(points)), True)
+
+
+def _falling(points: dict[float, Point]) -> dict[float, float]:
+    """Attainment by rate made non-increasing (pool adjacent violators, weighted by requests)."""
+    blocks: list[list[float]] = []  # [mean, weight, count]
+    rates = sorted(points)
+    for rate in rates:
+        blocks.append([points[rate].attainment, float(max(1, points[rate].requests)), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] < blocks[-1][0]:
+            (m1, w1, n1), (m2, w2, n2) = blocks[-2], blocks[-1]
+            blocks[-2:] = [[(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2, n1 + n2]]
+    fitted: list[float] = []
+    for mean, _, count in blocks:
+        fitted += [mean] * int(count)
+    return dict(zip(rates, fitted))
+
+
+def _bracket(points: dict[float, Point], threshold: float) -> tuple[float | None, float | None]:
+    """(the highest rate whose fitted attainment reaches ``threshold``, the next rate above it); None
+    for a side where there is none."""
+    fitted = _falling(points)
+    rates = sorted(fitted)
+    passing = [r for r in rates if fitted[r] >= threshold]
+    low = passing[-1] if passing else None
+    high = next((r for r in rates if fitted[r] < threshold and (low is None or r > low)), None)
+    return low, high
