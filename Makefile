@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.bench_gc
 	$(BIN)/python -m bench.emulator_vs_published
 	$(BIN)/python -m bench.bench_simulation
+	$(BIN)/python -m bench.simulation_vs_wall_clock
 	$(BIN)/python -m bench.routing_regret
 
 # Agent traffic through the proxy for five minutes while replicas fail and die: nothing may be lost.
