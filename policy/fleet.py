@@ -8,8 +8,8 @@ some GPUs, and an assignment of every kind of request to one pool. Its
 percentile they are meant at; its **cost** is the busy GPU-seconds per output
 token at the traffic's rate.
 
-Each pool's GPUs share its traffic evenly, so a pool is worked out on one GPU
-(``gpu_load``) taking the rate its share of the traffic brings it. Each kind
+Each pool's GPUs share its traffic evenly, so a pool is worked out on one of
+its GPUs (``gpu_load``) taking the rate its share of the traffic brings it. Each kind
 keeps a sample of its requests (output tokens, prompt tokens to prefill): a
 stall hurts short answers, and long prompts make the stalls, so means are not
 enough. On one GPU, at ``lambda`` requests a second:
@@ -26,24 +26,30 @@ enough. On one GPU, at ``lambda`` requests a second:
   at ``b`` (``c_T(b)``, times the round cost when speculating).
 - **Time per output token** of a request is its own steps, slowed by the
   episodes no longer than the time it has to spare; it misses its target when
-  a longer one falls within its decode (a Poisson event). Its percentile over
-  the traffic is solved from the sampled requests' mixture.
+  a longer one falls within its decode, or within its wait and prefill (those
+  arriving meanwhile queue behind it and run during its first steps): a
+  Poisson event. Its percentile over the traffic is solved from the sampled
+  requests' mixture. Arrivals reach a GPU a request runs on less often the
+  more GPUs its pool has (``_joins``): the balancer sends each to the least
+  loaded, and that GPU holds the request besides its share.
 - **Time to first token** is the wait behind the prefills queued before it
   (M/G/1: none with probability ``1 - rho``, else exponential with the queue's
   mean), its own prefill with a step for each chunk, and a step.
 
 Pools are independent, so a composition's capacity is the lowest, over its
 pools, of the rate at which the pool's share of the traffic reaches its own
-capacity: ``gpus x capacity of one GPU / share``.
+capacity: ``gpus x capacity of one of its GPUs / share``.
 
 It is a model, and says what it assumes: arrivals Poisson and spread evenly
-over a pool's GPUs; every GPU's batch holds no more than ``max_num_seqs``
+over a pool's GPUs by load alone (conversations kept on their replica are
+not); the queue for prefill that of one GPU; every GPU's batch holds no more than ``max_num_seqs``
 (past it a pool cannot carry the traffic); the calibration's curves at loads
 past what it measured extrapolated.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -252,20 +258,38 @@ def _step(calibration: Calibration, candidate: Candidate, depth: int, batch: flo
 
 
 def gpu_load(kinds: Sequence[Kind], candidate: Candidate, calibration: Calibration, rate: float,
-             targets: Targets, pool: _Pool | None = None) -> GpuLoad:
-    """One GPU of ``candidate`` taking ``rate`` requests a second of ``kinds`` (in their shares)."""
-    pool = pool or _Pool.of(kinds)
+             targets: Targets, pool: _Pool | None = None, gpus: int = 1) -> GpuLoad:
+    """One of ``gpus`` GPUs of ``candidate`` taking ``rate`` requests a second of ``kinds`` (in their shares)."""
+    load, tails = _steady(pool or _Pool.of(kinds), candidate, calibration, rate, gpus)
+    if tails is None:
+        return load
+    miss = 1.0 - targets.attainment
+    return dataclasses.replace(load, tpot=_solve_quantile(tails.tpot, miss, 5.0),
+                               ttft=_solve_quantile(tails.ttft, miss, 120.0))
+
+
+@dataclass(frozen=True)
+class _Tails:
+    """The share of a GPU's requests whose time per output token, and time to first token, pass ``t``."""
+
+    tpot: Callable[[float], float]
+    ttft: Callable[[float], float]
+
+    def meet(self, targets: Targets) -> bool:
+        miss = 1.0 - targets.attainment
+        return (targets.tpot is None or self.tpot(targets.tpot) <= miss) and (
+            targets.ttft is None or self.ttft(targets.ttft) <= miss)
+
+
+def _steady(pool: _Pool, candidate: Candidate, calibration: Calibration, rate: float,
+            gpus: int) -> tuple[GpuLoad, _Tails | None]:
+    """One GPU's steady state, its latencies left as tails (None where it cannot hold the traffic)."""
     per_token = calibration.prefill_seconds_per_token * (1.0 + candidate.draft_prefill_ratio)
     chunk = float(candidate.max_num_batched_tokens)
     chunks = np.maximum(1.0, np.ceil(pool.prefill / chunk))
     prefill_share = rate * float((pool.weight * pool.prefill).sum()) * per_token
     if prefill_share >= 1.0:
-        return GpuLoad(rate, math.inf, prefill_share, math.inf, math.inf, math.inf, 1.0, 0.0, False)
-    # every prefill chunk holds the step it runs in; the prefills that come meanwhile queue behind it, so
-    # stalls come in episodes: an M/G/1 busy period, 1 / (1 - rho) times the chunk that starts it, as
-    # often as one starts
-    stalls = _Stalls(pool.prefill / chunks * per_token / (1.0 - prefill_share),
-                     rate * pool.weight * chunks * (1.0 - prefill_share))
+        return GpuLoad(rate, math.inf, prefill_share, math.inf, math.inf, math.inf, 1.0, 0.0, False), None
     depth = candidate.gamma if candidate.method is not None else 0
     batch, step = 0.0, 0.0
     rounds = np.ones(len(pool.weight))
@@ -289,12 +313,37 @@ def gpu_load(kinds: Sequence[Kind], candidate: Candidate, calibration: Calibrati
     tokens = float((pool.weight * pool.output).sum())
     busy = min(1.0, prefill_share + (1.0 - prefill_share) * (1.0 - math.exp(-batch)))
     if not feasible:
-        return GpuLoad(rate, batch, prefill_share, step, math.inf, math.inf, busy, rate * tokens, False)
+        return GpuLoad(rate, batch, prefill_share, step, math.inf, math.inf, busy, rate * tokens, False), None
     service = pool.prefill * per_token + chunks * step  # a prefill: its chunks' compute, a step each
-    backlog = _backlog(pool, pool.prefill * per_token, rate, prefill_share)
-    tpot = _tpot_quantile(pool, pool.output * rounds * step, stalls, targets.attainment)
-    ttft = _ttft_quantile(pool, service, backlog, step, targets.attainment)
-    return GpuLoad(rate, batch, prefill_share, step, tpot, ttft, busy, rate * tokens, True)
+    # every prefill chunk holds the step it runs in; the prefills that come meanwhile queue behind it, so
+    # stalls come in episodes: an M/G/1 busy period, 1 / (1 - rho) times the chunk that starts it, as
+    # often as one starts on the GPU a request runs on
+    stalls = _Stalls(pool.prefill / chunks * per_token / (1.0 - prefill_share),
+                     rate * _joins(gpus, batch) * pool.weight * chunks * (1.0 - prefill_share))
+    wait = _Wait(pool, pool.prefill * per_token, rate, prefill_share)
+    exposed = service + wait.mean  # before its decode: what comes meanwhile runs during its first steps
+    tails = _Tails(_tpot_tail(pool, pool.output * rounds * step, exposed, stalls), _ttft_tail(pool, service, wait, step))
+    return GpuLoad(rate, batch, prefill_share, step, math.nan, math.nan, busy, rate * tokens, True), tails
+
+
+def _joins(gpus: int, batch: float) -> float:
+    """The rate at which a pool's arrivals join the GPU a request runs on, over the rate per GPU.
+
+    The balancer sends each arrival to the least loaded of ``gpus`` (ties alike). The request's own GPU
+    holds it besides a load like every other GPU's (Poisson with mean ``batch``), so arrivals pass it over
+    more often the more GPUs there are: ``gpus x P(it is chosen)``, 1 on one GPU."""
+    if gpus <= 1:
+        return 1.0
+    mean = max(batch, 1e-9)
+    loads = np.arange(int(mean + 12.0 * math.sqrt(mean) + 12.0) + 2)
+    pmf = np.exp(-mean + np.concatenate([[0.0], np.cumsum(np.log(mean / loads[1:]))]))
+    above = np.concatenate([np.cumsum(pmf[::-1])[::-1][1:], [0.0]])  # P(another GPU holds more than m)
+    level, beyond = pmf[1:], above[1:]  # other GPUs at the request's GPU's load (its others + 1), above it
+    # chosen when every other GPU holds more, or among those holding as much, one in as many
+    with np.errstate(divide="ignore", invalid="ignore"):
+        chosen = np.where(level > 1e-300, ((level + beyond) ** gpus - beyond ** gpus) / (gpus * level),
+                          beyond ** (gpus - 1))
+    return float(gpus * (pmf[:-1] * chosen).sum())
 
 
 class _Stalls:
@@ -326,10 +375,11 @@ def _solve_quantile(tail: Callable[[float], float], miss: float, high: float) ->
     return high
 
 
-def _tpot_quantile(pool: _Pool, own: np.ndarray, stalls: _Stalls, attainment: float) -> float:
-    """Time per output token that ``attainment`` of requests stay within. A request's own steps are
+def _tpot_tail(pool: _Pool, own: np.ndarray, exposed: np.ndarray, stalls: _Stalls) -> Callable[[float], float]:
+    """The share of requests whose time per output token passes ``t``. A request's own steps are
     slowed by the stalls no longer than the time it has to spare (they share its steps); it misses when
-    one longer than that comes while it decodes (a Poisson event over its decode)."""
+    one longer than that comes while it decodes or in the ``exposed`` time before (its wait and prefill:
+    what comes then runs during its first steps), a Poisson event."""
     tokens = np.maximum(1.0, pool.output - 1.0)
 
     def tail(t: float) -> float:
@@ -338,43 +388,46 @@ def _tpot_quantile(pool: _Pool, own: np.ndarray, stalls: _Stalls, attainment: fl
         decode = own / np.maximum(1e-9, 1.0 - slowed)
         spare = t * tokens - decode
         longer, _ = stalls.beyond(np.maximum(spare, 0.0))
-        missed = np.where(spare < 0, 1.0, -np.expm1(-longer * decode))
+        missed = np.where(spare < 0, 1.0, -np.expm1(-longer * (decode + exposed)))
         return float((pool.weight * missed).sum())
-
-    return _solve_quantile(tail, 1.0 - attainment, 5.0)
-
-
-def _backlog(pool: _Pool, service: np.ndarray, rate: float, prefill_share: float) -> Callable[[np.ndarray], np.ndarray]:
-    """P(the prefill work queued at a random moment exceeds x): M/G/1, none with probability ``1 - rho``,
-    else exponential with the queue's mean wait (Pollaczek-Khinchine) over ``rho``."""
-    mean_wait = rate * float((pool.weight * service ** 2).sum()) / (2.0 * (1.0 - prefill_share))
-    scale = mean_wait / prefill_share if prefill_share > 0 else 0.0
-
-    def tail(x: np.ndarray) -> np.ndarray:
-        if scale <= 0:
-            return np.where(x < 0, 1.0, 0.0)
-        return np.where(x < 0, 1.0, prefill_share * np.exp(-np.maximum(x, 0.0) / scale))
 
     return tail
 
 
-def _ttft_quantile(pool: _Pool, service: np.ndarray, backlog: Callable[[np.ndarray], np.ndarray], step: float,
-                   attainment: float) -> float:
-    """Time to first token that ``attainment`` of requests stay within: the wait behind queued prefills
-    (``backlog``), its own prefill with a step for each chunk, and a step."""
+class _Wait:
+    """The wait behind the prefills queued on a GPU: M/G/1, none with probability ``rho``'s complement, else
+    exponential with the queue's mean wait (Pollaczek-Khinchine) over ``rho``."""
+
+    def __init__(self, pool: _Pool, service: np.ndarray, rate: float, prefill_share: float) -> None:
+        self.mean = rate * float((pool.weight * service ** 2).sum()) / (2.0 * (1.0 - prefill_share))
+        self._share = prefill_share
+        self._scale = self.mean / prefill_share if prefill_share > 0 else 0.0
+
+    def beyond(self, x: np.ndarray) -> np.ndarray:
+        """P(the wait exceeds x)."""
+        if self._scale <= 0:
+            return np.where(x < 0, 1.0, 0.0)
+        return np.where(x < 0, 1.0, self._share * np.exp(-np.maximum(x, 0.0) / self._scale))
+
+
+def _ttft_tail(pool: _Pool, service: np.ndarray, wait: _Wait, step: float) -> Callable[[float], float]:
+    """The share of requests whose time to first token passes ``t``: the wait behind queued prefills, its
+    own prefill with a step for each chunk, and a step."""
     own = service + step
-    return _solve_quantile(lambda t: float((pool.weight * backlog(t - own)).sum()), 1.0 - attainment, 120.0)
+    return lambda t: float((pool.weight * wait.beyond(t - own)).sum())
 
 
 def capacity_of_gpu(kinds: Sequence[Kind], candidate: Candidate, calibration: Calibration,
-                    targets: Targets) -> float:
-    """The highest rate one GPU of ``candidate`` takes ``kinds`` at within ``targets`` (to 1%)."""
+                    targets: Targets, gpus: int = 1) -> float:
+    """The highest rate each GPU of a pool of ``gpus`` GPUs of ``candidate`` takes ``kinds`` at within
+    ``targets`` (to 1%)."""
     if not kinds or sum(k.share for k in kinds) <= 0:
         return math.inf
     pool = _Pool.of(kinds)
 
-    def meets(rate: float) -> bool:
-        return gpu_load(kinds, candidate, calibration, rate, targets, pool).meets(targets)
+    def meets(rate: float) -> bool:  # the tails at the targets: no latency need be solved for
+        _, tails = _steady(pool, candidate, calibration, rate, gpus)
+        return tails is not None and tails.meet(targets)
 
     if not meets(1e-6):
         return 0.0
@@ -399,13 +452,15 @@ class _Model:
         self.targets = targets
 
     @functools.cache  # noqa: B019 - one instance per plan
-    def per_gpu(self, candidate: Candidate, kinds: tuple[str, ...]) -> float:
-        """The rate one GPU of ``candidate`` takes of ``kinds`` (in their shares) within the targets."""
-        return capacity_of_gpu([self.traffic.kind(k) for k in kinds], candidate, self.calibration, self.targets)
+    def per_gpu(self, candidate: Candidate, kinds: tuple[str, ...], gpus: int) -> float:
+        """The rate each of ``gpus`` GPUs of ``candidate`` takes of ``kinds`` (in their shares) within the targets."""
+        return capacity_of_gpu([self.traffic.kind(k) for k in kinds], candidate, self.calibration, self.targets,
+                               gpus)
 
     @functools.cache  # noqa: B019 - one instance per plan
-    def load(self, candidate: Candidate, kinds: tuple[str, ...], rate: float) -> GpuLoad:
-        return gpu_load([self.traffic.kind(k) for k in kinds], candidate, self.calibration, rate, self.targets)
+    def load(self, candidate: Candidate, kinds: tuple[str, ...], rate: float, gpus: int) -> GpuLoad:
+        return gpu_load([self.traffic.kind(k) for k in kinds], candidate, self.calibration, rate, self.targets,
+                        gpus=gpus)
 
     def composition(self, pools: Sequence[PoolPlan]) -> Composition:
         """A composition's capacity: the lowest over its pools of what their GPUs take, over their share."""
@@ -413,7 +468,7 @@ class _Model:
         for pool in pools:
             share = sum(self.traffic.kind(k).share for k in pool.kinds)
             if share > 0:
-                capacity = min(capacity, pool.gpus * self.per_gpu(pool.candidate, pool.kinds) / share)
+                capacity = min(capacity, pool.gpus * self.per_gpu(pool.candidate, pool.kinds, pool.gpus) / share)
         return Composition(tuple(pools), 0.0 if math.isinf(capacity) else capacity, math.nan)
 
     def costed(self, composition: Composition) -> Composition:
@@ -426,7 +481,8 @@ class _Model:
             if share <= 0:
                 loads.append(None)
                 continue
-            load = self.load(pool.candidate, pool.kinds, round(self.traffic.requests_per_second * share / pool.gpus, 6))
+            load = self.load(pool.candidate, pool.kinds, round(self.traffic.requests_per_second * share / pool.gpus, 6),
+                             pool.gpus)
             loads.append(load)
             carried = carried and load.feasible
             busy += load.busy * pool.gpus
@@ -499,7 +555,7 @@ def best_assignment(traffic: Traffic, calibration: Calibration, pools: Sequence[
     options = [model.composition([PoolPlan(c, n, kinds) for (c, n), kinds in zip(pools, assignment)])
                for assignment in _assignments(names, len(pools), every_pool=False)]
     best = _ranked(options, model, objective)[0]
-    capacities = [Capacity(c.name, n, {k: model.per_gpu(c, (k,)) for k in names}) for c, n in pools]
+    capacities = [Capacity(c.name, n, {k: model.per_gpu(c, (k,), n) for k in names}) for c, n in pools]
     return best, capacities
 
 

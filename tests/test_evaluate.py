@@ -23,11 +23,12 @@ import httpx
 import yaml
 
 from draftgate.emulator.profile import EngineProfile
+from draftgate.evaluate.bench import Unit, same_as
 from draftgate.evaluate.fleet import Fleet, PoolSpec
 from draftgate.evaluate.replay import replay
 from draftgate.evaluate.requests import Bank
 from draftgate.evaluate.simulation import Simulation, proxy_settings
-from draftgate.evaluate.strategies import FIXED, GATE
+from draftgate.evaluate.strategies import FIXED, GATE, GATE_SPLIT
 from draftgate.evaluate.traffic import OpenLoop, Schedule
 from draftgate.policy.calibration import Calibration
 from draftgate.servers import ServerProcess, free_port
@@ -61,6 +62,7 @@ def test_the_verdict_is_the_same_json_on_every_run_even_beside_a_busy_processor(
         assert entry["gpus"] == 2 and sum(entry["composition"].values()) == 2, name  # the same fleet for every one
         capacity = entry["capacity_rps_per_gpu"]
         assert 0 <= capacity["min"] <= capacity["mean"] <= capacity["max"], name
+        assert len(capacity["by_seed"]) == 2 and min(capacity["by_seed"]) == capacity["min"], name
         assert [r["rps_per_gpu"] for r in entry["rates"]] == [0.5, 2.0] and [r["rps"] for r in entry["rates"]] == [1, 4]
         for rate in entry["rates"]:
             assert 0 <= rate["slo_attainment"] <= 1 and rate["provisioned_gpu_ms_per_token"] > 0, name
@@ -156,6 +158,23 @@ def test_bad_input_is_one_line_and_exit_status_2(tmp_path: Path) -> None:
         assert done.returncode == 2, (case, done.stderr[-2000:])
         last = done.stderr.strip().splitlines()[-1]
         assert last.startswith("draftgate evaluate: error: ") and "Traceback" not in done.stderr, case
+
+
+def test_a_fleet_is_run_once_however_many_strategies_name_it() -> None:
+    eagle = FIXED["always EAGLE-3 K=3"]
+    split = Fleet((PoolSpec("eagle3-k3", 1, "eagle3", 3), PoolSpec("eagle3-k3-b", 3, "eagle3", 3)))
+    routing = (("prose", "eagle3-k3"), ("tool_auto", "eagle3-k3-b"))
+    cal = Calibration()
+    gate = Unit(1, 4, GATE, split, cal, True, routing)
+    best_split = Unit(1, 4, GATE_SPLIT, split, cal, True, routing)
+    by_cost = Unit(1, 4, "gate, objective cost", split, cal, True, routing, rate=0.5)
+    rerouted = Unit(1, 4, GATE_SPLIT, split, cal, True, (("prose", "eagle3-k3-b"), ("tool_auto", "eagle3-k3")))
+    alone = Unit(1, 4, GATE, Fleet((eagle,)).resized(4), cal, True)
+    assert same_as(alone, []) == "always EAGLE-3 K=3"  # one pool: the gate routes every request to it
+    assert same_as(gate, []) is None
+    assert same_as(best_split, [gate]) == GATE and same_as(by_cost, [gate, best_split]) == GATE
+    assert same_as(rerouted, [gate]) is None  # the same GPUs, routed otherwise: its own runs
+    assert same_as(Unit(1, 4, "always EAGLE-3 K=3", Fleet((eagle,)).resized(4), cal, False), [gate]) is None
 
 
 def test_the_simulated_gate_routes_as_the_proxy_does_over_http(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ import json
 import os
 import statistics
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,7 +113,7 @@ class UnitResult:
     by_kind: dict[str, dict[str, float]] = field(default_factory=dict)  # kind -> busy GPU-ms per token
     routes: dict[str, dict[str, float]] = field(default_factory=dict)  # kind -> pool -> share
     burst: Point | None = None
-    same_as: str | None = None  # the fixed strategy whose runs these are (``same_as``)
+    same_as: str | None = None  # the strategy whose runs these are (``same_as``)
     at_rate: Point | None = None  # a unit run at its one rate: what it got there
 
 
@@ -294,13 +294,18 @@ def units(setup: SeedSetup, options: Options) -> Iterator[Unit]:
                        tuple(sorted(routing.items())), rate)
 
 
-def same_as(unit: Unit) -> str | None:
-    """The fixed strategy whose runs a gate's are, when its fleet is that strategy's one configuration: with
-    one pool the gate routes every request to it, through the same proxy on the same seed."""
-    if not unit.gated or len(unit.fleet.pools) != 1:
+def same_as(unit: Unit, others: Sequence[Unit]) -> str | None:
+    """The strategy whose runs a gate's are, among ``others`` of its seed: a fixed strategy's, when its fleet
+    is that strategy's one configuration (with one pool the gate routes every request to it, through the
+    same proxy on the same seed); else an earlier gate's with the same fleet and routing."""
+    if not unit.gated:
         return None
-    pool = unit.fleet.pools[0]
-    return next((name for name, fixed in FIXED.items() if fixed.signature == pool.signature), None)
+    if len(unit.fleet.pools) == 1:
+        pool = unit.fleet.pools[0]
+        return next((name for name, fixed in FIXED.items() if fixed.signature == pool.signature), None)
+    return next((other.strategy for other in others
+                 if other is not unit and other.gated and other.rate is None and other.gpus == unit.gpus
+                 and other.fleet == unit.fleet and other.routing == unit.routing), None)
 
 
 def calibration_for(fleet: Fleet, calibration: Calibration) -> Calibration:
@@ -346,8 +351,9 @@ def run(options: Options, say: Callable[[str], None] = print) -> dict[str, Any]:
                         + "; ".join(f"{n} GPUs {c.name}" for n, c in setup.compositions.items()))
                     mine = list(units(setup, options))
                     every += mine
-                    running |= {pool.submit(run_unit, unit, options) for unit in mine if same_as(unit) is None}
-                    total += sum(1 for unit in mine if same_as(unit) is None)
+                    runs = [unit for i, unit in enumerate(mine) if same_as(unit, mine[:i]) is None]
+                    running |= {pool.submit(run_unit, unit, options) for unit in runs}
+                    total += len(runs)
                 else:
                     running.discard(future)
                     results.append(future.result())
@@ -355,15 +361,15 @@ def run(options: Options, say: Callable[[str], None] = print) -> dict[str, Any]:
                     draw("  ", len(results), total + (len(pending) * len(results) // max(1, len(setups))),
                          f"runs ({unit.strategy}, {unit.gpus} GPUs, seed {unit.seed})")
     ran = {(r.unit.seed, r.unit.gpus, r.unit.strategy): r for r in results if r.unit.rate is None}
-    for unit in every:
-        fixed = same_as(unit)
-        if fixed is None:
+    for i, unit in enumerate(every):
+        other = same_as(unit, [u for u in every[:i] if u.seed == unit.seed])
+        if other is None:
             continue
-        source = ran[(unit.seed, unit.gpus, fixed)]
+        source = ran[(unit.seed, unit.gpus, other)]
         if unit.rate is None:
-            results.append(dataclasses.replace(source, unit=unit, same_as=fixed))
+            results.append(dataclasses.replace(source, unit=unit, same_as=other))
         else:
-            results.append(UnitResult(unit, Capacity(0.0, (), True), same_as=fixed,
+            results.append(UnitResult(unit, Capacity(0.0, (), True), same_as=other,
                                       at_rate=source.capacity.at(unit.rate * unit.gpus)))
     setups.sort(key=lambda s: s.seed)
     results.sort(key=lambda r: (r.unit.seed, r.unit.gpus, r.unit.strategy, r.unit.rate or 0.0))

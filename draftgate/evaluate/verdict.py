@@ -71,7 +71,8 @@ def summary(results: Sequence[UnitResult], setups: Sequence[SeedSetup], targets:
             "gpus": gpus,
             "composition": dict(common),
             "capacity_rps_per_gpu": {"mean": round(statistics.fmean(capacities), 4),
-                                     "min": round(min(capacities), 4), "max": round(max(capacities), 4)},
+                                     "min": round(min(capacities), 4), "max": round(max(capacities), 4),
+                                     "by_seed": [round(c, 4) for c in capacities]},
             "capacity_bounded": all(r.capacity.bounded for r in found),
             "rates": [],
         }
@@ -94,7 +95,8 @@ def summary(results: Sequence[UnitResult], setups: Sequence[SeedSetup], targets:
             entry["plan"] = Counter(p.name for p in plans if p is not None).most_common(1)[0][0]
         same = {r.same_as for r in found}
         if same != {None}:
-            # a gate in front of one configuration routes every request to it: the same runs, not run twice
+            # a gate in front of one configuration routes every request to it, and two gates on one fleet
+            # route alike: the same runs, not run twice
             entry["same_runs_as"] = sorted(s for s in same if s is not None)
         fleets.setdefault(str(gpus), {"strategies": {}})["strategies"][name] = entry
     _cost_objective([r for r in results if r.unit.rate is not None], setups, fleets)
@@ -259,7 +261,7 @@ def findings(summary_: dict[str, Any]) -> list[str]:
         out.append(f"{where} the gate's fleet ({', '.join(f'{p} x{n}' for p, n in gate['composition'].items())}) "
                    f"{verb} {abs(change):.1%} {'more' if change >= 0 else 'less'} than the best homogeneous fleet, "
                    f"{best_name} ({g['mean']:.2f} against {b['mean']:.2f} requests a second per GPU; "
-                   + ("beyond" if spread else "within") + " the spread between seeds).")
+                   + ("beyond" if spread else "within") + f" the spread between seeds; {_paired(g, b)}).")
         if len(gate["composition"]) == 1:
             out.append("  Its plan found no split better at this size: it recommends one configuration, and the gate "
                        "only balances it.")
@@ -277,6 +279,17 @@ def findings(summary_: dict[str, Any]) -> list[str]:
                        + ", ".join(f"{r:g}" for r in worse) + " requests a second per GPU.")
         out.extend(_cost_findings(fleet.get("cost_objective", [])))
     return out
+
+
+def _paired(gate: dict[str, Any], best: dict[str, Any]) -> str:
+    """Seed by seed (each seed its own hardware and traffic): on how many the gate's fleet served more."""
+    changes = [g / b - 1 for g, b in zip(gate["by_seed"], best["by_seed"]) if b > 0]
+    if not changes:
+        return "no seed to compare"
+    if max(abs(c) for c in changes) < 1e-9:
+        return "the same on every seed"
+    ahead = sum(c > 1e-9 for c in changes)
+    return f"ahead on {ahead} of {len(changes)} seeds, by {min(changes):+.0%} to {max(changes):+.0%}"
 
 
 def _cost_findings(rows: Sequence[dict[str, Any]]) -> list[str]:
