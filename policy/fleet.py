@@ -9,10 +9,10 @@ percentile they are meant at; its **cost** is the busy GPU-seconds per output
 token at the traffic's rate.
 
 Each pool's GPUs share its traffic evenly, so a pool is worked out on one of
-its GPUs (``gpu_load``) taking the rate its share of the traffic brings it. Each kind
-keeps a sample of its requests (output tokens, prompt tokens to prefill): a
-stall hurts short answers, and long prompts make the stalls, so means are not
-enough. On one GPU, at ``lambda`` requests a second:
+its GPUs (``gpu_load``) taking the rate its share of the traffic brings it.
+Each kind keeps a sample of its requests (output tokens, prompt tokens to
+prefill): a stall hurts short answers, and long prompts make the stalls, so
+means are not enough. On one GPU, at ``lambda`` requests a second:
 
 - **Prefill** takes ``rho = lambda x E[uncached prompt] x seconds per token`` of
   its time, in chunks of ``max_num_batched_tokens``. A chunk holds every
@@ -40,11 +40,11 @@ Pools are independent, so a composition's capacity is the lowest, over its
 pools, of the rate at which the pool's share of the traffic reaches its own
 capacity: ``gpus x capacity of one of its GPUs / share``.
 
-It is a model, and says what it assumes: arrivals Poisson and spread evenly
-over a pool's GPUs by load alone (conversations kept on their replica are
-not); the queue for prefill that of one GPU; every GPU's batch holds no more than ``max_num_seqs``
-(past it a pool cannot carry the traffic); the calibration's curves at loads
-past what it measured extrapolated.
+It is a model, and says what it assumes: arrivals Poisson and spread over a
+pool's GPUs by load alone (conversations kept on their replica are not); the
+queue for prefill that of one GPU; every GPU's batch no more than
+``max_num_seqs`` (past it a pool cannot carry the traffic); the calibration's
+curves at loads past what it measured extrapolated.
 """
 
 from __future__ import annotations
@@ -322,7 +322,8 @@ def _steady(pool: _Pool, candidate: Candidate, calibration: Calibration, rate: f
                      rate * _joins(gpus, batch) * pool.weight * chunks * (1.0 - prefill_share))
     wait = _Wait(pool, pool.prefill * per_token, rate, prefill_share)
     exposed = service + wait.mean  # before its decode: what comes meanwhile runs during its first steps
-    tails = _Tails(_tpot_tail(pool, pool.output * rounds * step, exposed, stalls), _ttft_tail(pool, service, wait, step))
+    tails = _Tails(_tpot_tail(pool, pool.output * rounds * step, exposed, stalls),
+                   _ttft_tail(pool, service, wait, step))
     return GpuLoad(rate, batch, prefill_share, step, math.nan, math.nan, busy, rate * tokens, True), tails
 
 
@@ -395,7 +396,7 @@ def _tpot_tail(pool: _Pool, own: np.ndarray, exposed: np.ndarray, stalls: _Stall
 
 
 class _Wait:
-    """The wait behind the prefills queued on a GPU: M/G/1, none with probability ``rho``'s complement, else
+    """The wait behind the prefills queued on a GPU: M/G/1, none with probability ``1 - rho``, else
     exponential with the queue's mean wait (Pollaczek-Khinchine) over ``rho``."""
 
     def __init__(self, pool: _Pool, service: np.ndarray, rate: float, prefill_share: float) -> None:

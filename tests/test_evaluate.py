@@ -75,8 +75,10 @@ def test_the_verdict_is_the_same_json_on_every_run_even_beside_a_busy_processor(
     # objective cost: a fleet planned for each light rate, run at it, beside the cheapest homogeneous one
     costed = summary["fleets"]["2"]["cost_objective"]
     assert [row["rps_per_gpu"] for row in costed] == [0.5, 2.0]
-    for row in costed:
-        assert row["plan"] and row["busy_gpu_ms_per_token"] > 0 and row["predicted_busy_gpu_ms_per_token"] > 0
+    assert costed[0]["predicted_busy_gpu_ms_per_token"] > 0  # at a light rate the plan has a fleet that carries it
+    for row in costed:  # at a heavy one it may predict none does, and run the one that carries the most
+        assert row["plan"] and row["busy_gpu_ms_per_token"] > 0
+        assert row["predicted_busy_gpu_ms_per_token"] is None or row["predicted_busy_gpu_ms_per_token"] > 0
         cheapest = row.get("cheapest_homogeneous")
         assert cheapest is None or row["cheapest_homogeneous_busy_gpu_ms_per_token"] == next(
             r for r in strategies[cheapest]["rates"] if r["rps_per_gpu"] == row["rps_per_gpu"])["busy_gpu_ms_per_token"]

@@ -289,7 +289,7 @@ def _paired(gate: dict[str, Any], best: dict[str, Any]) -> str:
     if max(abs(c) for c in changes) < 1e-9:
         return "the same on every seed"
     ahead = sum(c > 1e-9 for c in changes)
-    return f"ahead on {ahead} of {len(changes)} seeds, by {min(changes):+.0%} to {max(changes):+.0%}"
+    return f"ahead on {ahead} of {len(changes)} seeds, {min(changes):+.0%} to {max(changes):+.0%} seed by seed"
 
 
 def _cost_findings(rows: Sequence[dict[str, Any]]) -> list[str]:
