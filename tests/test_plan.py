@@ -52,7 +52,6 @@ def test_a_gpu_batches_more_and_its_tail_grows_with_the_rate_until_it_cannot_hol
     assert not fleet.gpu_load(kinds(), PLAIN, CAL, 1000.0, TARGETS).feasible
 
 
-
 def test_a_pool_of_more_gpus_takes_more_per_gpu_because_arrivals_pass_over_a_busy_one() -> None:
     # a request's own GPU is chosen less often the more others there are, and more often as loads grow
     assert fleet._joins(1, 5.0) == 1.0
@@ -65,6 +64,7 @@ def test_a_pool_of_more_gpus_takes_more_per_gpu_because_arrivals_pass_over_a_bus
     four, two = (fleet.evaluate([fleet.PoolPlan(PLAIN, n, ("tool", "prose"))], traffic, CAL, TARGETS)
                  for n in (4, 2))
     assert four.capacity > 2 * two.capacity
+
 
 def test_the_plan_chooses_a_method_and_a_depth_and_says_when_one_configuration_is_best() -> None:
     traffic = fleet.Traffic(3.0, kinds())
