@@ -545,8 +545,8 @@ def recommend(traffic: Traffic, calibration: Calibration, gpus: int, candidates:
 def best_assignment(traffic: Traffic, calibration: Calibration, pools: Sequence[tuple[Candidate, int]],
                     targets: Targets = Targets(), objective: str = "capacity") -> tuple[Composition, list[Capacity]]:
     """For a fleet that is what it is (each pool a candidate configuration on some GPUs): which pool each
-    kind should go to, by ``objective``; and what one GPU of each pool takes of each kind alone (what the
-    assignment spills by, ``assignment.spill``)."""
+    kind should go to, by ``objective``; and what each GPU of each pool, at the pool's size, takes of each kind
+    alone (what the assignment spills by, ``assignment.spill``)."""
     if not pools:
         raise ValueError("the fleet has no pool")
     if not traffic.kinds:

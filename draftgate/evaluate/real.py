@@ -82,7 +82,7 @@ def run(given: RealPools, rates: tuple[float, ...], requests: int, targets: Targ
                 return point(Run(replayed.served, window, gpus, schedule.arrivals_end), rate, targets)
 
             results[name] = (gpus, composition, search(measure, list(rates), 0))
-    return summary(results, targets, seed)
+    return summary(results, targets)
 
 
 def _gate(given: RealPools, out: Path, say: Callable[[str], None], stack: contextlib.ExitStack
@@ -112,8 +112,7 @@ def _gate(given: RealPools, out: Path, say: Callable[[str], None], stack: contex
     return proxy.url, len(pools), {p["name"]: 1 for p in pools}
 
 
-def summary(results: dict[str, tuple[int, dict[str, int], Capacity]], targets: Targets, seed: int
-            ) -> dict[str, Any]:
+def summary(results: dict[str, tuple[int, dict[str, int], Capacity]], targets: Targets) -> dict[str, Any]:
     """The same object as the simulated verdict's, each strategy under the GPUs it used."""
     fleets: dict[str, Any] = {}
     for name, (gpus, composition, capacity) in results.items():
