@@ -14,7 +14,10 @@ from draftgate.cli_error import CliError
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8101)
-    parser.add_argument("--model", default="Qwen/Qwen3-32B", help="served model id")
+    parser.add_argument("--model", default="Qwen/Qwen3-32B",
+                        help="served model id; a catalogue model (docs/emulator.md) is also the target emulated")
+    parser.add_argument("--gpu", help="a catalogue GPU: H100, H200 (the default) or B200")
+    parser.add_argument("--tensor-parallel-size", "-tp", type=int, help="GPUs the target is split over: 1, 2, 4 or 8")
     parser.add_argument("--speculative-config", help="JSON, as vllm serve takes it; omit for speculation off")
     parser.add_argument("--per-request-spec-decode-metrics", choices=["none", "summary", "detailed"], default="none")
     parser.add_argument("--enable-force-include-usage", action="store_true")
@@ -23,8 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tokens a step may schedule, decodes and prefill chunks (vLLM's default on an H200: 8192)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--time-scale", type=float, default=1.0, help="wall seconds per simulated second")
-    parser.add_argument("--profile", help="engine profile YAML (defaults: 32B target on an H200)")
-    parser.add_argument("--profile-seed", type=int, help="draw every profile parameter from this seed")
+    parser.add_argument("--profile", help="engine profile YAML: efficiencies, overheads, and gpus/models entries that "
+                                           "extend the catalogue (defaults: Qwen3-32B on one H200)")
+    parser.add_argument("--profile-seed", type=int, help="draw every uncertain profile figure from this seed")
     parser.add_argument("--faults", help="JSON fault settings, e.g. '{\"health_503\": true}'")
     parser.add_argument("--default-chat-template-kwargs", metavar="JSON",
                         help="as vllm serve takes it; its enable_thinking sets whether the template thinks when "
@@ -65,6 +69,27 @@ def parse_speculative_config(text: str | None) -> Any:
     return SpecConfig(method, k, per_batch, raw.get("model"), low, high)
 
 
+def load_profile(path: str | None, gpu: str | None, model: str | None, tensor_parallel_size: int | None) -> Any:
+    """The profile a server runs: a profile file's (or the default), on ``gpu`` at
+    ``tensor_parallel_size`` where given, emulating ``model`` where the catalogue knows it."""
+    import yaml
+
+    from draftgate.emulator.hardware import Catalogue
+    from draftgate.emulator.profile import EngineProfile
+
+    raw = {}
+    if path:
+        with open(path) as f:
+            try:
+                raw = yaml.safe_load(f) or {}
+            except yaml.YAMLError as exc:
+                raise ValueError(f"{path} is not YAML: {str(exc).splitlines()[0]}") from None
+        if not isinstance(raw, dict):
+            raise ValueError(f"{path}: a profile file is a YAML mapping")
+    known = model is not None and model in Catalogue.load(raw).models
+    return EngineProfile.from_mapping(raw, gpu, model if known else None, tensor_parallel_size)
+
+
 def build_config(args: argparse.Namespace) -> Any:
     from pydantic import ValidationError
 
@@ -72,15 +97,14 @@ def build_config(args: argparse.Namespace) -> Any:
     from draftgate.emulator.faults import Faults
     from draftgate.emulator.profile import EngineProfile
 
+    spec = parse_speculative_config(args.speculative_config)
     try:
-        if args.profile:
-            profile = EngineProfile.load(args.profile)
-        elif args.profile_seed is not None:
-            profile = EngineProfile.random(args.profile_seed)
-        else:
-            profile = EngineProfile()
+        profile = load_profile(args.profile, args.gpu, args.model, args.tensor_parallel_size)
+        if args.profile_seed is not None:
+            profile = EngineProfile.random(args.profile_seed, profile)
+        profile.kv_capacity_tokens(spec.method if spec else None)  # do the weights fit
         faults = Faults.model_validate(json.loads(args.faults)) if args.faults else Faults()
-    except (OSError, ValidationError, json.JSONDecodeError) as exc:
+    except (OSError, ValidationError, ValueError) as exc:
         raise CliError(f"invalid profile or faults: {str(exc).splitlines()[0]}") from None
     try:
         template = json.loads(args.default_chat_template_kwargs) if args.default_chat_template_kwargs else {}
@@ -95,7 +119,7 @@ def build_config(args: argparse.Namespace) -> Any:
     if args.max_num_batched_tokens is not None and args.max_num_batched_tokens < 1:
         raise CliError("--max-num-batched-tokens must be >= 1")
     return EmulatorConfig(
-        model=args.model, profile=profile, spec=parse_speculative_config(args.speculative_config),
+        model=args.model, profile=profile, spec=spec,
         per_request_metrics=args.per_request_spec_decode_metrics, force_include_usage=args.enable_force_include_usage,
         max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens, seed=args.seed,
         time_scale=args.time_scale, faults=faults,

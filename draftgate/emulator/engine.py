@@ -5,7 +5,12 @@ as vLLM's V1 scheduler does, within a budget of ``max_num_batched_tokens``
 tokens: a decoding sequence takes one token and its draft, a prefilling one a
 chunk of its prompt (only what the prefix cache does not hold, plus the draft
 model's own prefill on a speculation server). Admission also needs a free
-sequence slot (``max_num_seqs``) and KV room for the whole sequence. What the
+sequence slot (``max_num_seqs``) and KV blocks for the chunk it prefills. KV
+blocks are allocated as tokens are computed, with room for a speculation
+step's draft ahead; when a running sequence needs a block and none is free,
+the last admitted sequence is preempted, as vLLM's V1 scheduler does: its
+blocks are freed and it waits again, to prefill its prompt and what it had
+generated (recompute), the prefix cache holding what it can. What the
 step costs comes from ``physics.step_time``: the GPU's bytes and FLOPs for the
 tokens in flight, the drafter's passes, fixed overheads. On a speculation
 server each decoding sequence emits its accepted draft prefix plus one token;
@@ -113,8 +118,10 @@ class Sequence:
     emitted: int = 0
     cached_tokens: int = 0
     cached_blocks: int = 0  # of its prompt's blocks, those the prefix cache held when it was admitted
-    computed: int = 0  # prompt tokens in the KV cache: its prefill is done when this reaches prompt_len
-    kv_tokens: int = 0
+    computed: int = 0  # prefill tokens in the KV cache: its prefill is done when this reaches prefill_len
+    prefill_len: int = 0  # tokens to prefill: the prompt, and after a preemption what it had generated too
+    kv_tokens: int = 0  # KV blocks allocated to it, in tokens
+    preemptions: int = 0
     aborted: bool = False
     finished: bool = False
     spec: SpecStats = field(default_factory=SpecStats)
@@ -209,7 +216,7 @@ class Engine:
         self.kv_capacity = profile.kv_capacity_tokens(spec.method if spec else None)
         self.method = spec.method if spec else None
         self.model_drafter = spec is not None and profile.drafter(spec.method).shape is not None
-        self.physics = Physics(profile, self.method)
+        self.physics = Physics(profile, self.method, max_num_seqs)
         self.kv_used = 0
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
@@ -220,6 +227,7 @@ class Engine:
         self._done: list[Sequence] = []  # finished or aborted since the last retirement
         # vLLM's spec-decode counters, summed over every round
         self.num_drafts = self.num_draft_tokens = self.num_accepted_tokens = 0
+        self.num_preemptions = 0
 
     # ------------------------------------------------------------ requests
 
@@ -230,6 +238,7 @@ class Engine:
                 f"{seq.prompt_len + len(seq.output)}"
             )
         seq.arrived_at = now
+        seq.prefill_len = seq.prompt_len
         self.waiting.append(seq)
 
     def abort(self, seq: Sequence) -> None:
@@ -260,31 +269,45 @@ class Engine:
         prefills: list[tuple[Sequence, int]] = []
         members: list[Sequence] = []  # in the order of ``works``
         works: list[Work] = []
-        for seq in self.running:  # running first, in order, as vLLM's scheduler takes them
+        preempted = False
+        scheduled: set[int] = set()
+        for seq in list(self.running):  # running first, in order, as vLLM's scheduler takes them
             if budget <= 0:
                 break
-            if seq.computed < seq.prompt_len:
-                chunk = min(seq.prompt_len - seq.computed, budget)
+            if seq.kv_tokens == 0:  # preempted earlier in this step
+                continue
+            if seq.computed < seq.prefill_len:
+                chunk = min(seq.prefill_len - seq.computed, budget)
+                need, draft = seq.computed + chunk, 0
+            else:
+                draft = max(0, min(self._proposal(seq, depth), budget - 1)) if depth else 0
+                need = seq.prompt_len + seq.emitted + 1 + draft
+            if not self._grow(seq, need, scheduled):
+                preempted = True
+                continue
+            scheduled.add(id(seq))
+            if seq.computed < seq.prefill_len:
                 prefills.append((seq, chunk))
                 works.append(self._prefill_work(seq, chunk))
                 budget -= chunk
             else:
-                draft = seq.draft_len = max(0, min(self._proposal(seq, depth), budget - 1)) if depth else 0
+                seq.draft_len = draft
                 decodes.append(seq)
                 works.append(Work(seq.prompt_len + seq.emitted, 1 + draft, draft))
                 budget -= 1 + draft
             members.append(seq)
-        while budget > 0 and self.waiting and len(self.running) < self.max_num_seqs:
-            if not self._admit(self.waiting[0]):
+        while not preempted and budget > 0 and self.waiting and len(self.running) < self.max_num_seqs:
+            if not self._admit(self.waiting[0], budget):
                 break
             seq = self.waiting.popleft()
-            chunk = min(seq.prompt_len - seq.computed, budget)
+            chunk = min(seq.prefill_len - seq.computed, budget)
             prefills.append((seq, chunk))
             works.append(self._prefill_work(seq, chunk))
             members.append(seq)
             budget -= chunk
         if not works:
-            return None
+            # a sequence that preempted itself waits at the queue's head, and fits now
+            return self.step() if preempted else None
         timed = self.physics.step_time(works)
         for seq, charge in zip(members, timed.charges):
             seq.gpu_seconds += charge
@@ -295,7 +318,7 @@ class Engine:
         """Apply ``step``, ended at ``end``: prompts computed, tokens emitted, finished sequences retired."""
         for seq, chunk in step.prefills:
             seq.computed += chunk
-            if seq.computed >= seq.prompt_len and not seq.aborted:
+            if seq.computed >= seq.prefill_len and not seq.aborted:
                 self._emit(seq, 1, end)  # the prefill's last chunk samples the first token
         for seq in step.decodes:
             if not seq.aborted:
@@ -321,20 +344,55 @@ class Engine:
             return min(depth, room, seq.positions.proposed_at(seq.emitted))
         return min(depth, room)
 
-    def _admit(self, seq: Sequence) -> bool:
-        """Take ``seq`` in when its whole sequence fits in the KV cache."""
+    def _blocks(self, tokens: int) -> int:
+        """``tokens`` rounded up to whole KV blocks, in tokens."""
         block = self.profile.block_size
-        need = int(math.ceil((seq.prompt_len + len(seq.output)) / block)) * block
+        return -(-tokens // block) * block
+
+    def _admit(self, seq: Sequence, budget: int) -> bool:
+        """Take ``seq`` in when the KV blocks for what it prefills this step are free."""
+        cached = self._cached_prefix(seq)
+        need = self._blocks(min(seq.prefill_len, cached + budget))
         if self.kv_used + need > self.kv_capacity:
             return False
         seq.kv_tokens = need
         self.kv_used += need
-        seq.cached_tokens = seq.computed = self._cached_prefix(seq)
-        seq.cached_blocks = seq.cached_tokens // self.profile.block_size
+        seq.cached_tokens = seq.computed = cached
+        seq.cached_blocks = cached // self.profile.block_size
         self.running.append(seq)
         if self.observer is not None:
             self.observer.admitted(seq)
         return True
+
+    def _grow(self, seq: Sequence, tokens: int, scheduled: set[int]) -> bool:
+        """KV blocks for ``tokens`` of ``seq``, preempting the last admitted sequences not yet
+        scheduled this step until they fit; False when ``seq`` itself had to be preempted."""
+        need = self._blocks(tokens) - seq.kv_tokens
+        while need > 0 and self.kv_used + need > self.kv_capacity:
+            victim = next((s for s in reversed(self.running) if id(s) not in scheduled), None)
+            if victim is None:
+                return False
+            self._preempt(victim)
+            if victim is seq:
+                return False
+        if need > 0:
+            seq.kv_tokens += need
+            self.kv_used += need
+        return True
+
+    def _preempt(self, seq: Sequence) -> None:
+        """Free ``seq``'s blocks and queue it first, to recompute its prompt and what it generated."""
+        self.running.remove(seq)
+        self.kv_used -= seq.kv_tokens
+        seq.kv_tokens = 0
+        block = self.profile.block_size
+        self._insert_cache(seq.block_hashes[seq.cached_blocks:min(seq.computed, seq.prompt_len) // block])
+        seq.computed = 0
+        seq.cached_blocks = 0
+        seq.prefill_len = seq.prompt_len + seq.emitted
+        seq.preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(seq)
 
     def _cached_prefix(self, seq: Sequence) -> int:
         hits = 0
@@ -344,7 +402,7 @@ class Engine:
             self.cache.move_to_end(h)
             hits += 1
         # vLLM always recomputes the last prompt token to produce logits
-        return min(hits * self.profile.block_size, max(0, seq.prompt_len - 1))
+        return min(hits * self.profile.block_size, max(0, seq.prefill_len - 1))
 
     def _decode(self, seq: Sequence, end: float) -> None:
         draft_len = seq.draft_len

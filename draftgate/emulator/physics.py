@@ -1,33 +1,64 @@
-"""How long one engine step takes on the GPU, from hardware and model facts.
+"""How long one engine step takes on a tensor-parallel group of GPUs, from hardware and model facts.
 
-A step is a roofline: the GPU streams bytes (weights once per pass, each
-sequence's KV cache) and does arithmetic (two FLOPs per parameter per token in
-flight, plus attention over each token's context); the step takes as long as
-the slower of the two, plus a fixed scheduling overhead. Nothing here knows
-speculative decoding's law: a speculation round is just more work —
-``1 + draft_len`` tokens per sequence through the target, and the drafter's own
-passes before it — and how much more it costs follows from the batch, the
-contexts and the hardware.
+A step is the work vLLM launches for it, kernel by kernel, each priced by what
+bounds it:
+
+- the target's linear layers (GEMMs): every weight streamed once and two FLOPs
+  per parameter per token in flight, whichever is slower (a roofline), the
+  tokens padded to the CUDA graph the step runs in;
+- attention as its own kernels: a prefill chunk at FlashAttention's share of
+  peak FLOPs, a decoding sequence (and its draft under verification) bound by
+  reading its KV cache. A mixed step runs both, so the short answers decoding
+  beside a long prefill pay for their KV reads on top of the prefill's
+  arithmetic rather than hiding under it;
+- with tensor parallelism, two all-reduces a layer of the step's activations
+  over NVLink, each with its latency; weights, KV heads and FLOPs split over the
+  GPUs;
+- sampling over the vocabulary at every sampled position and, on a speculation
+  step, the rejection sampler over every drafted one;
+- a model drafter's passes: the first over every token the target ran this
+  step (it reads their hidden states: the verified tokens, and prompt chunks
+  being prefilled), then one token per drafting sequence for each further draft
+  position, each pass with the drafter's own all-reduces and its launch;
+- the CPU's work (scheduling, input preparation, kernel launches a CUDA graph
+  does not cover). vLLM's async scheduling overlaps it with the GPU's for plain
+  and EAGLE/MTP steps, so a step takes the longer of the two; ngram, suffix and
+  draft-model speculation run synchronously, so there it adds.
+
+Nothing here knows speculative decoding's law: a speculation round is more
+work, and how much more follows from the batch, the contexts and the hardware.
+Why speculation's gain shrinks as batches grow is then no curve but these
+mechanisms: verification's extra tokens turn the GEMMs compute-bound at a
+smaller batch than plain decoding does, the drafter's first pass and the
+rejection sampler grow with the tokens verified, and its further passes with
+the sequences drafting.
 
 Every step's time is also shared out among the sequences in it (the
-``charges``): overheads and the weights' bytes equally, each sequence's own KV
-bytes and FLOPs to it. Summed over a request's steps that is the GPU time it
-caused, which the evaluation's per-request figures need; summed over all
-requests it is the engine's busy time exactly.
-
-A pass's time and shares come from sums over its sequences, and a drafter's
-passes (one per draft position, each over the sequences still drafting) from
-the same sums taken per draft length: a step costs a few operations per
-sequence, not one pass's worth per draft position. The evaluation runs
-millions of steps, and this is most of its time (``bench/bench_simulation.py``).
+``charges``): fixed costs and weights streamed evenly, each sequence's tokens,
+KV and attention to it. Summed over a request's steps that is the GPU time it
+caused; summed over all requests it is the engine's busy time exactly. Shares
+are linear in a sequence's tokens, prefill work and KV read, so a pass costs a
+few sums over its sequences, and a drafter's further passes the same sums per
+draft length: the evaluation runs millions of steps, and this is most of its
+time (``bench/bench_simulation.py``).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from draftgate.emulator.profile import Drafter, EngineProfile, ModelShape
+from draftgate.emulator.hardware import Gpu, ModelShape
+from draftgate.emulator.profile import Efficiency, EngineProfile
+
+# vLLM's sampler works in FP32 logits: temperature, top-k/top-p and the draw read and write them
+# a few times; the rejection sampler reads the target's and the drafter's probabilities.
+_LOGIT_BYTES = 4
+_SAMPLING_PASSES = 3
+_REJECTION_PASSES = 2
+# drafting methods vLLM runs with async scheduling (PR 31998: EAGLE and MTP; the others synchronously)
+_ASYNC_METHODS = frozenset({"eagle", "eagle3", "mtp", "medusa"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +67,12 @@ class Work:
 
     context: int  # tokens already in its KV cache
     new_tokens: int  # tokens through the target this step: 1 + draft length, or the uncached prompt
-    draft_len: int = 0  # draft tokens proposed by a model drafter this step
-    draft_prefill: int = 0  # prompt tokens the draft model must prefill this step
+    draft_len: int = 0  # draft tokens proposed this step
+    draft_prefill: int = 0  # prompt tokens a model drafter must also run this step
+
+    @property
+    def decoding(self) -> bool:
+        return self.new_tokens == 1 + self.draft_len
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,127 +83,189 @@ class StepTime:
 
 @dataclass(frozen=True, slots=True)
 class _Model:
-    """What a pass of one model on one GPU moves and computes, per unit."""
+    """What a pass of one model costs on one GPU of its tensor-parallel group, per unit of work."""
 
-    weight_bytes: float
-    kv_bytes: float  # per token of context
-    flops_per_token: float  # two per parameter
-    attention: float  # FLOPs per token per token of context: QK^T and AV, two each
-    bandwidth: float  # bytes a second, as achieved
-    flops: float  # FLOPs a second, as achieved
-
-
-def _model(shape: ModelShape, bandwidth: float, flops: float, heads: int | None) -> _Model:
-    return _Model(shape.weight_bytes, shape.kv_bytes_per_token, 2.0 * shape.params,
-                  4.0 * shape.layers * (heads if heads is not None else shape.q_heads) * shape.head_dim,
-                  bandwidth, flops)
+    weights: float  # seconds to stream its share of the weights
+    per_token: float  # seconds of linear-layer arithmetic per token, compute-bound
+    per_kv_token: float  # seconds to read one token of context's KV in every layer
+    per_attention: float  # seconds of prefill attention per query token per context token
+    allreduce_fixed: float  # a pass's all-reduce latencies (0 on one GPU)
+    allreduce_per_token: float  # a pass's all-reduce transfer, per token
+    layers: int
 
 
-def _pass(m: _Model, contexts: Sequence[float], tokens: Sequence[float]) -> tuple[float, list[float]]:
-    """One forward pass over sequences given as (context, tokens): its roofline time and each
-    sequence's share of it (the weights' bytes split evenly)."""
-    n = len(contexts)
-    if n == 0:
-        return 0.0, []
-    in_cache = sum(contexts) + sum(tokens)
-    work = sum(t * (c + t / 2) for c, t in zip(contexts, tokens))
-    total_bytes = m.weight_bytes + in_cache * m.kv_bytes
-    total_flops = m.flops_per_token * sum(tokens) + m.attention * work
-    memory, compute = total_bytes / m.bandwidth, total_flops / m.flops
-    if memory >= compute:
-        each, per = memory * m.weight_bytes / n / total_bytes, memory * m.kv_bytes / total_bytes
-        return memory, [each + per * (c + t) for c, t in zip(contexts, tokens)]
-    scale = compute / total_flops
-    return compute, [scale * (m.flops_per_token * t + m.attention * t * (c + t / 2)) for c, t in zip(contexts, tokens)]
+def _model(shape: ModelShape, gpu: Gpu, efficiency: Efficiency, tp: int, weight_bandwidth: float) -> _Model:
+    flops = gpu.bf16_flops * efficiency.compute
+    allreduces = 2 * shape.layers if tp > 1 else 0
+    # a ring all-reduce moves 2 (tp - 1) / tp of the message through each GPU's link
+    link = gpu.link_bytes_per_second * efficiency.link
+    return _Model(
+        weights=shape.weight_bytes / tp / (gpu.hbm_bytes_per_second * weight_bandwidth),
+        per_token=2.0 * shape.params / tp / flops,
+        per_kv_token=shape.kv_bytes_per_token / min(tp, shape.kv_heads)
+        / (gpu.hbm_bytes_per_second * efficiency.attention_bandwidth),
+        per_attention=4.0 * shape.layers * shape.q_heads * shape.head_dim / tp
+        / (gpu.bf16_flops * efficiency.attention_compute),
+        allreduce_fixed=allreduces * efficiency.allreduce_latency_seconds,
+        allreduce_per_token=allreduces * shape.hidden * 2.0 * 2.0 * (tp - 1) / tp / link,
+        layers=shape.layers,
+    )
 
 
-def _draft_passes(m: _Model, drafter: Drafter, contexts: list[int], lengths: list[int]) -> tuple[float, list[float]]:
-    """A model drafter's passes, one per draft position, each over the sequences still drafting at it
-    (their context grown by the position): the passes' time, and each sequence's share of it.
+@dataclass(frozen=True, slots=True)
+class _Cost:
+    """A pass's seconds and how they split: ``each`` per sequence, ``token`` per token, ``attention``
+    per unit of prefill work, ``kv`` per token of KV read."""
 
-    A pass is a roofline over its sequences; a sequence's share is linear in its context, so it is
-    taken per draft position as a coefficient pair and summed up to each sequence's draft length."""
-    longest = max(lengths)
-    count = [0] * (longest + 1)  # sequences drafting exactly d tokens
-    summed = [0.0] * (longest + 1)  # their contexts
-    for c, d in zip(contexts, lengths):
-        count[d] += 1
-        summed[d] += c
-    seconds = 0.0
-    overhead = drafter.pass_overhead_seconds
-    a = [0.0] * (longest + 1)  # a sequence drafting d tokens is charged a[d] + b[d] * context
-    b = [0.0] * (longest + 1)
-    still, still_context = 0, 0.0
-    passes: list[tuple[float, float]] = []
-    for p in range(longest - 1, -1, -1):  # position p: sequences drafting more than p tokens
-        still += count[p + 1]
-        still_context += summed[p + 1]
-        total_bytes = m.weight_bytes + (still_context + still * (p + 1)) * m.kv_bytes
-        total_flops = m.flops_per_token * still + m.attention * (still_context + still * (p + 0.5))
-        memory, compute = total_bytes / m.bandwidth, total_flops / m.flops
-        if memory >= compute:
-            pass_seconds = memory
-            per = memory * m.kv_bytes / total_bytes
-            constant = memory * m.weight_bytes / still / total_bytes + per * (p + 1)
-        else:
-            pass_seconds = compute
-            per = compute * m.attention / total_flops
-            constant = compute * m.flops_per_token / total_flops + per * (p + 0.5)
-        seconds += pass_seconds + overhead
-        passes.append((constant + overhead / still, per))
-    passes.reverse()  # by position
-    for d in range(1, longest + 1):
-        a[d] = a[d - 1] + passes[d - 1][0]
-        b[d] = b[d - 1] + passes[d - 1][1]
-    return seconds, [a[d] + b[d] * c if d else 0.0 for c, d in zip(contexts, lengths)]
+    seconds: float
+    each: float
+    token: float
+    attention: float
+    kv: float
+
+
+def _pass(m: _Model, n: int, tokens: float, padded: float, prefill_work: float, kv_read: float) -> _Cost:
+    """One pass over ``n`` sequences: its GEMMs' roofline over ``padded`` tokens, attention
+    (prefill arithmetic and KV reads, one after the other), and its all-reduces."""
+    memory, compute = m.weights, m.per_token * padded
+    each, token = (memory / n, 0.0) if memory >= compute else (0.0, compute / tokens)
+    each += m.allreduce_fixed / n
+    token += m.allreduce_per_token
+    seconds = (max(memory, compute) + m.allreduce_fixed + m.allreduce_per_token * tokens
+               + m.per_attention * prefill_work + m.per_kv_token * kv_read)
+    return _Cost(seconds, each, token, m.per_attention, m.per_kv_token)
+
+
+def capture_sizes(max_size: int) -> list[int]:
+    """The batch sizes vLLM captures CUDA graphs for by default: 1, 2, 4, then every 8 to 256,
+    then every 16 up to the largest (``max_cudagraph_capture_size``)."""
+    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, max_size + 1, 16)]
+    return [s for s in sizes if s <= max_size] or [max_size]
 
 
 class Physics:
-    """One server's step times: the target and its drafter on its GPU, worked out once."""
+    """One server's step times: the target and its drafter on its GPUs, worked out once."""
 
-    def __init__(self, profile: EngineProfile, method: str | None) -> None:
-        gpu, efficiency = profile.gpu, profile.efficiency
-        flops = gpu.bf16_flops * efficiency.compute
-        self.target = _model(profile.target, gpu.hbm_bytes_per_second * efficiency.target_bandwidth, flops, None)
-        self.step_overhead = efficiency.step_overhead_seconds
+    def __init__(self, profile: EngineProfile, method: str | None, max_num_seqs: int | None = None) -> None:
+        gpu, efficiency, tp = profile.gpu, profile.efficiency, profile.tensor_parallel_size
+        self.efficiency = efficiency
+        self.target = _model(profile.target, gpu, efficiency, tp, efficiency.target_bandwidth)
+        self.vocab = profile.target.vocab
+        self.sample_seconds = _LOGIT_BYTES * self.vocab / (gpu.hbm_bytes_per_second * efficiency.target_bandwidth)
         self.drafter = profile.drafter(method) if method is not None else None
-        self.round_overhead = efficiency.spec_round_overhead_seconds
-        if self.drafter is not None and self.drafter.shape is None:
-            self.round_overhead += self.drafter.pass_overhead_seconds  # a lookup in the prompt: no GPU pass
         self.draft = None if self.drafter is None or self.drafter.shape is None else _model(
-            self.drafter.shape, gpu.hbm_bytes_per_second * self.drafter.bandwidth_efficiency, flops,
-            self.drafter.attention_heads)
+            self.drafter.shape, gpu, efficiency, tp, self.drafter.bandwidth_efficiency)
+        self.synchronous = method is not None and method not in _ASYNC_METHODS
+        # vLLM captures graphs up to min(2 * max_num_seqs, 512) tokens; a speculation server's
+        # uniform decode batches are captured by request count, each request 1 + K tokens
+        seqs = max_num_seqs if max_num_seqs is not None else profile.max_num_seqs
+        self.graphs = capture_sizes(min(2 * seqs, 512))
+        self.decode_graphs = capture_sizes(min(seqs, 512)) if method is not None else self.graphs
 
     def step_time(self, works: Sequence[Work]) -> StepTime:
-        """GPU seconds of one engine step over ``works`` (decodes and prefills together, as
-        vLLM's chunked prefill schedules them)."""
+        """Seconds of one engine step over ``works`` (decodes and prefills together, as vLLM's
+        chunked prefill schedules them), and each work's share of them."""
         n = len(works)
         if n == 0:
             return StepTime(0.0, [])
-        seconds, charges = _pass(self.target, [w.context for w in works], [w.new_tokens for w in works])
-        overhead = self.step_overhead
-        if self.drafter is not None:
-            drafting = [i for i, w in enumerate(works) if w.draft_len > 0]
-            if drafting:
-                overhead += self.round_overhead
-                if self.draft is not None:
-                    passes, shares = _draft_passes(self.draft, self.drafter, [works[i].context for i in drafting],
-                                                   [works[i].draft_len for i in drafting])
-                    seconds += passes
-                    for i, share in zip(drafting, shares):
-                        charges[i] += share
-            prefilling = [i for i, w in enumerate(works) if w.draft_prefill > 0]
-            if self.draft is not None and prefilling:
-                pre_seconds, shares = _pass(self.draft, [works[i].context for i in prefilling],
-                                            [works[i].draft_prefill for i in prefilling])
-                seconds += pre_seconds
-                for i, share in zip(prefilling, shares):
-                    charges[i] += share
-        seconds += overhead
-        each = overhead / n
-        return StepTime(seconds, [c + each for c in charges])
+        e = self.efficiency
+        tokens = prefill_work = kv_read = 0.0
+        sampled = drafted = 0
+        decode_only = True
+        for w in works:
+            t = w.new_tokens
+            tokens += t
+            kv_read += w.context + t
+            if w.decoding:
+                sampled += t
+                drafted += w.draft_len
+            else:
+                decode_only = False
+                prefill_work += t * (w.context + t / 2)
+                sampled += 1
+        padded, launches = self._graph(n, tokens, decode_only)
+        cost = _pass(self.target, n, tokens, padded, prefill_work, kv_read)
+        each = cost.each + e.gpu_step_overhead_seconds / n + sampled * _SAMPLING_PASSES * self.sample_seconds / n
+        seconds = cost.seconds + e.gpu_step_overhead_seconds + sampled * _SAMPLING_PASSES * self.sample_seconds
+        if drafted:
+            rejection = e.spec_round_overhead_seconds + drafted * _REJECTION_PASSES * self.sample_seconds
+            seconds += rejection
+            each += rejection / n
+        charges = [each + cost.token * w.new_tokens + cost.kv * (w.context + w.new_tokens)
+                   + (0.0 if w.decoding else cost.attention * w.new_tokens * (w.context + w.new_tokens / 2))
+                   for w in works]
+        cpu = e.cpu_step_seconds + e.cpu_per_sequence_seconds * n + launches * self.target.layers
+        if self.draft is not None:
+            if drafted or any(w.draft_prefill for w in works):
+                seconds += self._draft(works, charges)
+        elif self.drafter is not None and drafted:  # a lookup: CPU work
+            cpu += self.drafter.pass_overhead_seconds + self.drafter.lookup_seconds_per_sequence * sum(
+                1 for w in works if w.draft_len)
+        exposed = cpu if self.synchronous else max(0.0, cpu - seconds)
+        if exposed:
+            seconds += exposed
+            share = exposed / n
+            charges = [c + share for c in charges]
+        return StepTime(seconds, charges)
+
+    def _graph(self, n: int, tokens: float, decode_only: bool) -> tuple[float, float]:
+        """The tokens the step's GEMMs run (padded to its CUDA graph) and its launch cost a layer:
+        a decode-only step replays a full graph, padded by request count; a mixed one up to the
+        largest graph runs piecewise, its attention launched eagerly; past that, all of it is."""
+        e = self.efficiency
+        if decode_only and n <= self.decode_graphs[-1]:
+            return self.decode_graphs[bisect_left(self.decode_graphs, n)] * tokens / n, 0.0
+        if tokens <= self.graphs[-1]:
+            return float(self.graphs[bisect_left(self.graphs, tokens)]), e.piecewise_layer_seconds
+        return tokens, e.eager_layer_seconds
+
+    def _draft(self, works: Sequence[Work], charges: list[float]) -> float:
+        """A model drafter's passes for this step, charged into ``charges``: the first over every
+        token the target ran for a drafting or prefilling sequence, then one per further draft
+        position over the sequences still drafting (their context grown by the position)."""
+        m, drafter = self.draft, self.drafter
+        assert m is not None and drafter is not None
+        overhead = drafter.pass_overhead_seconds
+        # the first pass
+        first = [(i, w, w.new_tokens if w.draft_len else w.draft_prefill) for i, w in enumerate(works)
+                 if w.draft_len or w.draft_prefill]
+        tokens = sum(t for _, _, t in first)
+        prefill_work = sum(t * (w.context + t / 2) for _, w, t in first if not w.draft_len)
+        kv_read = sum(w.context + t for _, w, t in first)
+        cost = _pass(m, len(first), tokens, tokens, prefill_work, kv_read)
+        seconds = cost.seconds + overhead
+        for i, w, t in first:
+            charges[i] += (cost.each + overhead / len(first) + cost.token * t + cost.kv * (w.context + t)
+                           + (0.0 if w.draft_len else cost.attention * t * (w.context + t / 2)))
+        # further positions: a sequence drafting d tokens is charged a[d] + b[d] * context
+        longest = max(w.draft_len for w in works)
+        if longest < 2:
+            return seconds
+        count = [0] * (longest + 1)
+        summed = [0.0] * (longest + 1)
+        for w in works:
+            count[w.draft_len] += 1
+            summed[w.draft_len] += w.context
+        still, still_context = 0, 0.0
+        passes: list[tuple[float, float]] = []
+        for p in range(longest - 1, 0, -1):  # position p: sequences drafting more than p tokens
+            still += count[p + 1]
+            still_context += summed[p + 1]
+            cost = _pass(m, still, still, still, 0.0, still_context + still * (p + 1))
+            seconds += cost.seconds + overhead
+            passes.append((cost.each + overhead / still + cost.token + cost.kv * (p + 1), cost.kv))
+        passes.reverse()  # passes[p - 1] is position p
+        a = [0.0] * (longest + 1)
+        b = [0.0] * (longest + 1)
+        for d in range(2, longest + 1):
+            a[d] = a[d - 1] + passes[d - 2][0]
+            b[d] = b[d - 1] + passes[d - 2][1]
+        for i, w in enumerate(works):
+            if w.draft_len >= 2:
+                charges[i] += a[w.draft_len] + b[w.draft_len] * w.context
+        return seconds
 
 
 def step_time(profile: EngineProfile, works: Sequence[Work], method: str | None) -> StepTime:
-    """GPU seconds of one engine step over ``works``, on a server of ``profile`` drafting with ``method``."""
+    """Seconds of one engine step over ``works``, on a server of ``profile`` drafting with ``method``."""
     return Physics(profile, method).step_time(works)

@@ -17,72 +17,39 @@ import random
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field, field_validator
+
+from draftgate.emulator.hardware import DEFAULT, Catalogue, Frozen, Gpu, ModelShape
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Gpu(_Frozen):
-    """NVIDIA H200 SXM, from NVIDIA's H200 datasheet: 141 GB of HBM3e at 4.8 TB/s,
-    989 TFLOPS dense BF16 (1,979 is the figure with structured sparsity)."""
-
-    name: str = "H200 SXM"
-    memory_bytes: float = 141e9
-    hbm_bytes_per_second: float = 4.8e12
-    bf16_flops: float = 989e12
-
-
-class ModelShape(_Frozen):
-    """What a pass of a model moves and computes. BF16 weights: two bytes a parameter."""
-
-    name: str
-    params: float
-    layers: int
-    q_heads: int
-    kv_heads: int
-    head_dim: int
-
-    @property
-    def weight_bytes(self) -> float:
-        return 2.0 * self.params
-
-    @property
-    def kv_bytes_per_token(self) -> float:
-        """K and V, each ``kv_heads * head_dim`` BF16 values, in every layer."""
-        return 2.0 * self.layers * self.kv_heads * self.head_dim * 2
-
-
-# Qwen3 model cards and config.json: Qwen3-32B has 32.8B parameters, 64 layers, 64 query
-# and 8 KV heads of dimension 128; Qwen3-4B has 4.0B, 36 layers, 32 query and 8 KV heads of 128.
-QWEN3_32B = ModelShape(name="Qwen/Qwen3-32B", params=32.8e9, layers=64, q_heads=64, kv_heads=8, head_dim=128)
-QWEN3_4B = ModelShape(name="Qwen/Qwen3-4B", params=4.0e9, layers=36, q_heads=32, kv_heads=8, head_dim=128)
-# An EAGLE-3 head for a 32B target: one decoder layer at the target's width (5120) plus the
-# LM head over Qwen3's 151,936-token vocabulary, about 0.45B + 0.78B parameters (EAGLE-3
-# paper's architecture; the exact count varies by release). Its KV is one layer's.
-EAGLE3_HEAD = ModelShape(name="EAGLE-3 head", params=1.2e9, layers=1, q_heads=64, kv_heads=8, head_dim=128)
-
-
-class Drafter(_Frozen):
+class Drafter(Frozen):
     """One speculation method: what proposing a token costs, and how often it is right."""
 
     shape: ModelShape | None = Field(None, description="a drafting model; None for a lookup (ngram, suffix)")
     bandwidth_efficiency: float = Field(0.5, gt=0, le=1, description="a small model's kernels use HBM worse")
-    pass_overhead_seconds: float = Field(0.0004, ge=0, description="launch cost of one draft pass, or one lookup")
-    attention_heads: int | None = None
+    pass_overhead_seconds: float = Field(
+        0.0003, ge=0, description="a model drafter: one pass's launch and bookkeeping; a lookup: its CPU work a step")
+    lookup_seconds_per_sequence: float = Field(3e-6, ge=0, description="a lookup's CPU work per drafting sequence")
     misalignment: float = Field(1.0, ge=0, description="sd of the drafter's logit noise against the target's")
 
 
-class Efficiency(_Frozen):
-    """How much of the GPU's peak a serving engine gets, and its fixed costs. Assumptions,
-    in the ranges vLLM's own profiling reports: large-GEMV decode at 75-85% of HBM peak,
-    prefill GEMMs at 50-65% of BF16 peak, 1-2 ms of scheduling and sampling a step."""
+class Efficiency(Frozen):
+    """How much of the GPU a serving engine gets, and what it spends beside the GPU's arithmetic.
+    Assumptions, each with its range and its effect in docs/emulator.md; ``EngineProfile.random``
+    draws them around these values."""
 
-    target_bandwidth: float = Field(0.8, gt=0, le=1)
-    compute: float = Field(0.6, gt=0, le=1)
-    step_overhead_seconds: float = Field(0.0015, ge=0)
-    spec_round_overhead_seconds: float = Field(0.0005, ge=0, description="proposer bookkeeping, rejection sampler")
+    target_bandwidth: float = Field(0.8, gt=0, le=1, description="weight streaming (GEMV) at small batch")
+    compute: float = Field(0.6, gt=0, le=1, description="GEMMs at large batch, share of dense BF16 peak")
+    attention_compute: float = Field(0.5, gt=0, le=1, description="FlashAttention prefill, share of peak")
+    attention_bandwidth: float = Field(0.7, gt=0, le=1, description="paged KV reads of decode attention")
+    link: float = Field(0.7, gt=0, le=1, description="all-reduce bus bandwidth, share of NVLink's")
+    allreduce_latency_seconds: float = Field(10e-6, ge=0, description="one all-reduce of a small message")
+    gpu_step_overhead_seconds: float = Field(0.0003, ge=0, description="graph launch, norms, small kernels")
+    spec_round_overhead_seconds: float = Field(0.0002, ge=0, description="the rejection sampler's fixed kernels")
+    cpu_step_seconds: float = Field(0.0012, ge=0, description="scheduling, input preparation, output processing")
+    cpu_per_sequence_seconds: float = Field(12e-6, ge=0, description="the same, per running sequence")
+    piecewise_layer_seconds: float = Field(20e-6, ge=0, description="attention launched outside a CUDA graph")
+    eager_layer_seconds: float = Field(80e-6, ge=0, description="a layer's kernels launched with no CUDA graph")
     memory_utilization: float = Field(0.9, gt=0, le=1, description="vLLM's --gpu-memory-utilization default")
     activation_reserve_bytes: float = Field(4e9, ge=0)
 
@@ -105,7 +72,7 @@ DEFAULT_ENTROPY = {
 KINDS = tuple(DEFAULT_ENTROPY)
 
 
-class Lengths(_Frozen):
+class Lengths(Frozen):
     """How long the emulated model's answers are, in tokens (means), where the request does not fix it."""
 
     prose: float = 150.0
@@ -118,7 +85,7 @@ class Lengths(_Frozen):
     spread: float = Field(0.35, ge=0.0, le=2.0, description="sd of log-length")
 
 
-class Repeats(_Frozen):
+class Repeats(Frozen):
     """How often prose repeats a run of its conversation verbatim: real answers quote the question,
     restate earlier turns and reuse their own phrases, which is all a lookup drafter can copy. Set so
     that vLLM's ngram proposer (lookup 2-4, depth 4) accepts on the emulator's answers about what it
@@ -131,18 +98,13 @@ class Repeats(_Frozen):
     run_words: tuple[int, int] = (4, 12)
 
 
-class EngineProfile(_Frozen):
+class EngineProfile(Frozen):
     """Everything that decides timing, capacity and acceptance of one server."""
 
-    gpu: Gpu = Gpu()
-    target: ModelShape = QWEN3_32B
-    drafters: dict[str, Drafter] = Field(default_factory=lambda: {
-        "draft_model": Drafter(shape=QWEN3_4B, bandwidth_efficiency=0.5, misalignment=1.0),
-        # EAGLE-style heads see the target's hidden states: better aligned than a separate model
-        "eagle": Drafter(shape=EAGLE3_HEAD, bandwidth_efficiency=0.45, misalignment=0.8),
-        # a prompt lookup proposes what followed the last tokens where they occurred before
-        "ngram": Drafter(shape=None, pass_overhead_seconds=0.0001, misalignment=0.0),
-    })
+    gpu: Gpu = DEFAULT.gpu("H200")
+    target: ModelShape = DEFAULT.model("Qwen/Qwen3-32B")
+    tensor_parallel_size: int = Field(1, description="GPUs the target (and its drafter) is split over: 1, 2, 4 or 8")
+    drafters: dict[str, Drafter] = Field(default_factory=lambda: drafters_for(DEFAULT.model("Qwen/Qwen3-32B")))
     efficiency: Efficiency = Efficiency()
     block_size: int = Field(16, ge=1)
     # vLLM's defaults for its API server on a GPU of 70 GiB or more (not an A100): an H200's
@@ -171,30 +133,87 @@ class EngineProfile(_Frozen):
     def drafter(self, method: str) -> Drafter:
         """The drafter behind a ``--speculative-config`` method (eagle3 and mtp draft as EAGLE heads,
         suffix as a lookup)."""
-        family = {"eagle3": "eagle", "mtp": "eagle", "medusa": "eagle", "suffix": "ngram"}.get(method, method)
-        return self.drafters.get(family) or self.drafters["draft_model"]
+        family = {"eagle3": "eagle", "mtp": "eagle", "medusa": "eagle", "ngram": "ngram",
+                  "suffix": "ngram"}.get(method, "draft_model")
+        found = self.drafters.get(family)
+        if found is None:
+            raise ValueError(f"no {family} drafter for {self.target.name}: name one in the catalogue's drafters")
+        return found
+
+    @field_validator("tensor_parallel_size")
+    @classmethod
+    def _power_of_two(cls, tp: int) -> int:
+        if tp not in (1, 2, 4, 8):
+            raise ValueError("tensor_parallel_size must be 1, 2, 4 or 8")
+        return tp
 
     def kv_capacity_tokens(self, method: str | None) -> int:
-        """KV tokens the server holds: memory under the utilisation cap, less weights and a
-        reserve for activations, over the KV bytes a token takes (the draft model's too)."""
+        """KV tokens the server holds: each GPU's memory under the utilisation cap, less its share of
+        the weights (the drafter's too) and a reserve for activations, over its share of the KV a
+        token takes. KV heads split over the GPUs, and are copied where there are fewer than GPUs.
+        Raises ``ValueError`` when the weights leave no room."""
+        tp = self.tensor_parallel_size
         free = self.gpu.memory_bytes * self.efficiency.memory_utilization - self.efficiency.activation_reserve_bytes
-        free -= self.target.weight_bytes
-        per_token = self.target.kv_bytes_per_token
+        free -= self.target.weight_bytes / tp
+        per_token = self.target.kv_bytes_per_token / min(tp, self.target.kv_heads)
         shape = self.drafter(method).shape if method else None
         if shape is not None:
-            free -= shape.weight_bytes
-            per_token += shape.kv_bytes_per_token
-        return max(1024, int(free / per_token))
+            free -= shape.weight_bytes / tp
+            per_token += shape.kv_bytes_per_token / min(tp, shape.kv_heads)
+        tokens = int(free / per_token) if free > 0 else 0
+        if tokens < self.block_size * 64:
+            what = self.target.name + (f" and {shape.name}" if shape is not None else "")
+            raise ValueError(
+                f"{what} at tensor parallel size {tp} leave{'s' if shape is None else ''} "
+                f"{max(0.0, free) / 1e9:.1f} GB for KV cache on each {self.gpu.name} "
+                f"({self.gpu.memory_bytes / 1e9:.0f} GB): too little to serve; use more GPUs per replica")
+        return tokens
 
     @classmethod
-    def load(cls, path: str | Path) -> EngineProfile:
-        return cls.model_validate(yaml.safe_load(Path(path).read_text()) or {})
+    def build(cls, gpu: str, model: str, tensor_parallel_size: int = 1, catalogue: Catalogue = DEFAULT,
+              **fields: object) -> EngineProfile:
+        """A profile for ``model`` on ``gpu`` at ``tensor_parallel_size``, with the drafters the
+        catalogue names for that model; ``fields`` set any other field."""
+        target = catalogue.model(model)
+        return cls.model_validate({"gpu": catalogue.gpu(gpu), "target": target,
+                                   "tensor_parallel_size": tensor_parallel_size,
+                                   "drafters": drafters_for(target, catalogue), **fields})
 
     @classmethod
-    def random(cls, seed: int) -> EngineProfile:
-        """The uncertain figures drawn around their values from ``seed``; the facts kept."""
+    def load(cls, path: str | Path, gpu: str | None = None, model: str | None = None,
+             tensor_parallel_size: int | None = None) -> EngineProfile:
+        """A profile file: any of this model's fields, with ``gpu`` and ``target`` given whole or by
+        catalogue name, and ``gpus`` and ``models`` entries that extend the catalogue. The
+        arguments, when given, name the GPU, the model and the tensor parallelism over the file's."""
+        raw = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(raw, dict):
+            raise ValueError("a profile file is a YAML mapping")
+        return cls.from_mapping(raw, gpu, model, tensor_parallel_size)
+
+    @classmethod
+    def from_mapping(cls, raw: dict[str, object], gpu: str | None = None, model: str | None = None,
+                     tensor_parallel_size: int | None = None) -> EngineProfile:
+        """``load``'s work on a mapping already read."""
+        fields = dict(raw)
+        catalogue = Catalogue.load({"gpus": fields.pop("gpus", None), "models": fields.pop("models", None)})
+        gpu = gpu or (fields.pop("gpu") if isinstance(fields.get("gpu"), str) else None)  # type: ignore[assignment]
+        model = model or (fields.pop("target") if isinstance(fields.get("target"), str) else None)  # type: ignore[assignment]
+        if gpu is not None:
+            fields["gpu"] = catalogue.gpu(gpu)
+        if model is not None:
+            target = catalogue.model(model)
+            fields["target"] = target
+            fields.setdefault("drafters", drafters_for(target, catalogue))
+        if tensor_parallel_size is not None:
+            fields["tensor_parallel_size"] = tensor_parallel_size
+        return cls.model_validate(fields)
+
+    @classmethod
+    def random(cls, seed: int, base: EngineProfile | None = None) -> EngineProfile:
+        """The uncertain figures drawn around ``base``'s (the default profile's) from ``seed``;
+        the facts (GPU, model shapes, tensor parallelism) kept."""
         rng = random.Random(seed)
-        base = cls()
+        base = base or cls()
 
         def around(value: float, spread: float = 0.25) -> float:
             return value * rng.lognormvariate(0.0, spread)
@@ -203,10 +222,24 @@ class EngineProfile(_Frozen):
             "bandwidth_efficiency": min(1.0, around(d.bandwidth_efficiency, 0.15)),
             "pass_overhead_seconds": around(d.pass_overhead_seconds, 0.3),
             "misalignment": around(d.misalignment, 0.2)}) for name, d in base.drafters.items()}
-        efficiency = base.efficiency.model_copy(update={
-            "target_bandwidth": min(0.95, around(0.8, 0.06)), "compute": min(0.8, around(0.6, 0.12)),
-            "step_overhead_seconds": around(0.0015, 0.3), "spec_round_overhead_seconds": around(0.0005, 0.3)})
-        return cls(
+        e = base.efficiency
+        efficiency = e.model_copy(update={
+            "target_bandwidth": min(0.95, around(e.target_bandwidth, 0.06)),
+            "compute": min(0.8, around(e.compute, 0.12)),
+            "cpu_step_seconds": around(e.cpu_step_seconds, 0.3),
+            "spec_round_overhead_seconds": around(e.spec_round_overhead_seconds, 0.3)})
+        # the rest from a stream of their own, so the draws above and below stay what they were
+        # for a seed as the profile grows figures
+        more = random.Random(f"{seed}:more")
+        efficiency = efficiency.model_copy(update={
+            name: min(cap, value * more.lognormvariate(0.0, spread)) for name, value, spread, cap in (
+                ("attention_compute", e.attention_compute, 0.12, 0.8),
+                ("attention_bandwidth", e.attention_bandwidth, 0.1, 0.95),
+                ("link", e.link, 0.1, 0.95),
+                ("allreduce_latency_seconds", e.allreduce_latency_seconds, 0.3, 1.0),
+                ("gpu_step_overhead_seconds", e.gpu_step_overhead_seconds, 0.3, 1.0),
+                ("cpu_per_sequence_seconds", e.cpu_per_sequence_seconds, 0.3, 1.0))})
+        return base.model_copy(update=dict(
             drafters=drafters,
             efficiency=efficiency,
             entropy={kind: around(value, 0.3) for kind, value in DEFAULT_ENTROPY.items()},
@@ -215,4 +248,23 @@ class EngineProfile(_Frozen):
             lengths=Lengths(prose=rng.uniform(90, 220), prose_after_tool=rng.uniform(40, 100),
                             free_text_value=rng.uniform(60, 140)),
             auto_call_probability=rng.uniform(0.6, 0.9),
-        )
+        ))
+
+
+def drafters_for(target: ModelShape, catalogue: Catalogue = DEFAULT) -> dict[str, Drafter]:
+    """The drafters deployed for ``target``: the catalogue's draft model and EAGLE-3 head for it,
+    and a prompt lookup."""
+    def shape(family: str) -> ModelShape | None:
+        name = target.drafters.get(family)
+        return catalogue.model(name) if name else None
+
+    drafters = {}  # in this order: ``random`` draws each one's figures in turn
+    if (draft := shape("draft_model")) is not None:
+        drafters["draft_model"] = Drafter(shape=draft, bandwidth_efficiency=0.5, misalignment=1.0)
+    if (head := shape("eagle")) is not None:
+        # EAGLE-style heads see the target's hidden states: better aligned than a separate model.
+        # Its one layer is as wide as the target's, so its GEMVs stream as well as the target's do.
+        drafters["eagle"] = Drafter(shape=head, bandwidth_efficiency=0.75, misalignment=0.8)
+    # a prompt lookup proposes what followed the last tokens where they occurred before
+    drafters["ngram"] = Drafter(shape=None, pass_overhead_seconds=0.0001, misalignment=0.0)
+    return drafters

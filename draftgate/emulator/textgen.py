@@ -163,6 +163,9 @@ def generate(body: dict[str, Any], profile: EngineProfile, rng: random.Random, e
         out.add(_code(rng, length - intro), "f", "content", kind="code")
     else:
         out.add(_sentences(rng, length, context_words, said, profile), "f", "content")
+    if body.get("ignore_eos") is True:  # exactly max_tokens, as vLLM generates past the end of text
+        while len(out.tokens) < length:
+            out.add(_sentences(rng, length - len(out.tokens), context_words, said, profile), "f", "content")
     return out
 
 

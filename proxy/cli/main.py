@@ -26,6 +26,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "evaluate": ("draftgate.proxy.cli.evaluate", "the gate against always-on, always-off, dynamic K and the oracle"),
     "measure-ngram": ("draftgate.proxy.cli.measure_ngram",
                       "tau of ngram or suffix drafting, replayed exactly on real answers, beside the gate's prediction"),
+    "simulate": ("draftgate.simulate.cli", "one emulated pool under a ladder of request rates, as vllm bench serve "
+                                           "reports it"),
+    "validate": ("draftgate.simulate.validate", "a short ladder on real pools and on the emulator, and the error "
+                                                "between them"),
     "plan": ("draftgate.proxy.cli.plan", "how to split N GPUs between the pools, from the traffic in a request log"),
 }
 

@@ -1,0 +1,1 @@
+"""``draftgate simulate``: one emulated vLLM pool under a ladder of Poisson arrival rates, in virtual time."""
