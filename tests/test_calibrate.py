@@ -8,8 +8,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from draftgate.calibrate import protocol
+from draftgate.calibrate.hardware_fit import fit_hardware
 from draftgate.calibrate.report import verdicts, write_report
 from draftgate.emulator.engine import SpecConfig
 from draftgate.emulator.faults import Faults
@@ -55,6 +57,17 @@ def test_calibration_recovers_the_emulators_parameters(profile_seed: int, tmp_pa
             assert fit.overhead[b] == pytest.approx(overhead, rel=0.15), b
         prefill = step_time(physics, [Work(0, 1000)], None).seconds / 1000
         assert fit.calibration.prefill_seconds_per_token == pytest.approx(prefill * SCALE, rel=0.25)
+
+        # the hardware profile: the emulator's own uncertain figures, found from the same runs
+        hardware = fit_hardware(plan, state, fit, EngineProfile(), SCALE)
+        fitted, drafter, truth = hardware.profile, hardware.profile.drafters["draft_model"], physics.drafters
+        assert fitted.efficiency.target_bandwidth == pytest.approx(physics.efficiency.target_bandwidth, rel=0.05)
+        assert fitted.efficiency.compute == pytest.approx(physics.efficiency.compute, rel=0.10)
+        assert drafter.bandwidth_efficiency == pytest.approx(truth["draft_model"].bandwidth_efficiency, rel=0.15)
+        assert fitted.entropy["prose"] == pytest.approx(physics.entropy["prose"], rel=0.15)
+        assert drafter.misalignment == pytest.approx(truth["draft_model"].misalignment, rel=0.25)
+        (tmp_path / "hardware.yaml").write_text(yaml.safe_dump(hardware.as_file()))
+        assert EngineProfile.load(tmp_path / "hardware.yaml") == fitted
 
         # predicted tau per class against fresh traffic on the speculation pool
         save_calibration(fit.calibration, tmp_path / "cal.yaml")

@@ -12,9 +12,11 @@ from draftgate.cli_error import CliError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--gpu", default="H200", help="a catalogue GPU: H100, H200, B200 (default H200)")
-    parser.add_argument("--model", default="Qwen/Qwen3-32B", help="the target, by its Hugging Face name")
-    parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1, help="GPUs per replica: 1, 2, 4 or 8")
+    parser.add_argument("--gpu", help="a catalogue GPU: H100, H200, B200 (default: the profile's, or H200)")
+    parser.add_argument("--model", help="the target, by its Hugging Face name (default: the profile's, or "
+                                        "Qwen/Qwen3-32B)")
+    parser.add_argument("--tensor-parallel-size", "-tp", type=int,
+                        help="GPUs per replica: 1, 2, 4 or 8 (default: the profile's, or 1)")
     parser.add_argument("--speculative-config", help="vLLM's JSON, e.g. "
                         '\'{"method": "eagle3", "model": "RedHatAI/Qwen3-32B-speculator.eagle3", '
                         '"num_speculative_tokens": 3}\'')

@@ -26,6 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--spec-on", metavar="URL", help="a speculation pool (its --speculative-config below)")
     parser.add_argument("--spec-off", metavar="URL", help="a plain pool")
+    parser.add_argument("--served-model-name", help="the model id the pools serve (default: --model's)")
     parser.add_argument("--time-scale", type=float, default=1.0,
                         help="wall seconds a second at the pools: 1 for real ones; an emulated pool's --time-scale")
     ladder_arguments(parser)
@@ -52,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
     for name, url, config in pools:
         ladder = build_ladder(argparse.Namespace(**{**vars(args), "speculative_config": config}))
         try:
-            measured = asyncio.run(http_ladder.run(ladder, url.rstrip("/"), args.model, args.time_scale))
+            served = args.served_model_name or ladder.profile.target.name
+            measured = asyncio.run(http_ladder.run(ladder, url.rstrip("/"), served, args.time_scale))
         except http_ladder.PoolError as exc:
             raise CliError(str(exc)) from None
         result[name] = {"measured": measured["rates"], "emulated": emulate(ladder)["rates"]}

@@ -40,6 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the temperature the pools apply by default (Qwen3: 0.6)")
     parser.add_argument("--dynamic-k", metavar="URL", help="a pool with num_speculative_tokens_per_batch_size")
     parser.add_argument("--out", default="calibration.yaml")
+    parser.add_argument("--gpu", default="H200", help="the pools' GPU, from the emulator's catalogue (H100, H200, "
+                        "B200): the hardware profile is fitted on its datasheet")
+    parser.add_argument("--tensor-parallel-size", type=int, default=1, help="GPUs per replica of the pools")
+    parser.add_argument("--profile-out", help="where the fitted hardware profile goes, for simulate, emulate and "
+                        "validate's --profile (default: OUT with .profile.yaml)")
     parser.add_argument("--report", help="write the falsification report (Markdown with figures)")
     parser.add_argument("--state", help="resumable state file (default: OUT.state.jsonl)")
 
@@ -54,6 +59,13 @@ def run(args: argparse.Namespace) -> int:
     from draftgate.policy.calibration import METHOD_DEFAULTS
     from draftgate.proxy.calibration_file import save_calibration
 
+    from draftgate.emulator.profile import EngineProfile
+
+    try:
+        hardware = EngineProfile.build(args.gpu, args.model, args.tensor_parallel_size)
+        hardware.kv_capacity_tokens(None)
+    except ValueError as exc:  # an unknown GPU or model, a size that is not a power of two, too small a GPU
+        hardware, no_profile = None, str(exc).splitlines()[0]
     if len(args.gammas) != len(args.spec_on):
         raise CliError(f"{len(args.spec_on)} --spec-on pool(s) but {len(args.gammas)} depth(s) in --gammas")
     arms = [a.strip().upper() for a in args.arms.split(",") if a.strip()]
@@ -113,6 +125,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {name} ({pool_fit.method}, gamma {pool_fit.gamma}): d={pool_fit.draft_cost:.3f}, delta "
               + (", ".join(f"{v:.3f} at {b:.0f}" for b, v in pool_fit.delta) or "not measured")
               + ("" if pool_fit.kappa is None else f", kappa {pool_fit.kappa:.3f}"))
+    if hardware is None:
+        print(f"no hardware profile: {no_profile}")
+    else:
+        import yaml
+
+        from draftgate.calibrate.hardware_fit import fit_hardware
+
+        profile = fit_hardware(plan, state, fitted, hardware)
+        profile_out = Path(args.profile_out or str(Path(args.out).with_suffix("")) + ".profile.yaml")
+        profile_out.write_text(yaml.safe_dump(profile.as_file(), sort_keys=False))
+        print(f"hardware profile written to {profile_out}:")
+        for figure, note in profile.notes.items():
+            print(f"  {figure}: {note}")
     if args.report:
         from draftgate.calibrate.report import write_report
 
