@@ -154,12 +154,27 @@ def test_bad_input_is_one_line_and_exit_status_2(tmp_path: Path) -> None:
              "targets nothing meets": ["--tpot-target-ms", "1", "--ttft-target-ms", "10"],
              "an unreachable pool": ["--spec-on", dead, "--spec-off", dead, "--rates", "1", "--requests", "20",
                                      "--out", str(tmp_path)],
-             "a bad rate": ["--rates", "1,x"]}
+             "a bad rate": ["--rates", "1,x"],
+             "an unknown GPU": ["--gpu", "A1"],
+             "a target that does not fit one GPU": ["--model", "meta-llama/Llama-3.1-70B-Instruct"],
+             "a profile that is not a file": ["--profile", str(tmp_path / "missing.yaml")]}
     for case, argv in cases.items():
         done = evaluate(*argv, timeout=300)
         assert done.returncode == 2, (case, done.stderr[-2000:])
         last = done.stderr.strip().splitlines()[-1]
         assert last.startswith("draftgate evaluate: error: ") and "Traceback" not in done.stderr, case
+
+
+def test_a_fitted_profile_is_every_seeds_hardware_and_a_named_one_is_drawn_around(tmp_path: Path) -> None:
+    from draftgate.evaluate.bench import hardware_key, profile_of
+
+    fitted = EngineProfile.build("H100", "meta-llama/Llama-3.1-8B-Instruct").model_dump(mode="json")
+    fixed = hardware_key(fitted, drawn=False)
+    assert profile_of(1, fixed) == profile_of(2, fixed) == EngineProfile.from_mapping(fitted)
+    named = hardware_key({"gpu": "B200"})
+    one, two = profile_of(1, named), profile_of(2, named)
+    assert one.gpu.name == two.gpu.name == "B200" and one.efficiency != two.efficiency
+    assert profile_of(3, "") == EngineProfile.random(3)  # the built-in verdict, as before
 
 
 def test_a_fleet_is_run_once_however_many_strategies_name_it() -> None:

@@ -61,10 +61,8 @@ class HardwareFit:
 
 def _gpu_key(profile: EngineProfile) -> Any:
     """The GPU's catalogue name, or the GPU whole where the catalogue does not hold it."""
-    for key, gpu in DEFAULT.gpus.items():
-        if gpu == profile.gpu:
-            return key
-    return profile.gpu.model_dump(mode="json")
+    gpu = profile.gpu
+    return gpu.name if DEFAULT.gpus.get(gpu.name) == gpu else gpu.model_dump(mode="json")
 
 
 def bisect(measure: Callable[[float], float], target: float, low: float, high: float, rising: bool,

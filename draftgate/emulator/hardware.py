@@ -24,7 +24,7 @@ class Frozen(BaseModel):
 
 
 class Gpu(Frozen):
-    """One GPU, from its datasheet."""
+    """One GPU, from its datasheet, named as the catalogue names it."""
 
     name: str
     memory_bytes: float = Field(gt=0)
@@ -87,7 +87,7 @@ class Catalogue:
             raise ValueError(f"catalogue entry {'.'.join(str(p) for p in error['loc'])}: {error['msg']}") from None
 
     def gpu(self, name: str) -> Gpu:
-        found = self.gpus.get(name) or next((g for g in self.gpus.values() if g.name == name), None)
+        found = self.gpus.get(name)
         if found is None:
             raise UnknownName(f"unknown GPU {name!r}; known: {', '.join(sorted(self.gpus))} (a profile file adds more)")
         return found

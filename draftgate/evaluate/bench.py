@@ -1,6 +1,8 @@
 """``draftgate evaluate``: every strategy on the same fleet, at arrival rates up to past saturation, in virtual time.
 
-For each seed: an emulated H200 profile drawn from the seed, the gate's
+For each seed: an emulated hardware profile (Qwen3-32B on an H200 unless
+told otherwise) with its uncertain figures drawn from the seed, or an
+operator's fitted profile as it is, the gate's
 calibration fitted on the calibration split (the four-arm protocol, run in
 simulation), vLLM's dynamic-K table chosen on the calibration split, and for
 each fleet size the composition the gate's plan recommends for the
@@ -78,6 +80,7 @@ class Options:
     workers: int = 0  # 0: one per core
     out: Path = Path("evaluate-output")
     as_json: bool = False
+    hardware: str = ""  # ``hardware_key``: "" for the default profile drawn from each seed
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,7 @@ class SeedSetup:
     compositions: dict[int, plans.Composition]  # fleet size -> the gate's composition
     splits: dict[int, plans.Composition]  # fleet size -> the best composition of more than one pool
     by_cost: dict[tuple[int, float], plans.Composition]  # (fleet size, rate per GPU) -> objective cost's choice
+    hardware: str = ""
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,7 @@ class Unit:
     gated: bool
     routing: tuple[tuple[str, str], ...] = ()  # the gate's: kind -> pool, as its plan recommends
     rate: float | None = None  # per GPU: the one rate run, for a fleet planned for that rate (objective cost)
+    hardware: str = ""  # the profile the seed's engines run (``hardware_key``)
 
 
 @dataclass
@@ -120,15 +125,33 @@ class UnitResult:
 # ---------------------------------------------------------------- one process's banks
 
 
+def hardware_key(profile: dict[str, Any] | None = None, drawn: bool = True) -> str:
+    """What the verdict's engines run, as a key workers share: ``profile`` (a profile file's mapping,
+    or GPU and target by name), its uncertain figures drawn from each seed when ``drawn``, else as
+    given (a profile fitted to an operator's pools). "" is the default profile, drawn."""
+    if not profile:
+        return ""
+    return json.dumps({"profile": profile, "drawn": drawn}, sort_keys=True)
+
+
+def profile_of(seed: int, hardware: str) -> EngineProfile:
+    """The seed's engine profile under ``hardware`` (``hardware_key``)."""
+    if not hardware:
+        return EngineProfile.random(seed)
+    given = json.loads(hardware)
+    base = EngineProfile.from_mapping(given["profile"])
+    return EngineProfile.random(seed, base) if given["drawn"] else base
+
+
 @functools.lru_cache(maxsize=3)
-def bank_of(seed: int) -> Bank:
+def bank_of(seed: int, hardware: str = "") -> Bank:
     """The seed's profile and prepared requests, kept while this process works on the seed."""
-    return Bank(EngineProfile.random(seed), seed)
+    return Bank(profile_of(seed, hardware), seed)
 
 
 def simulate(unit: Unit, rate: float, requests: int, targets: Targets, split: mix.Split = "verdict") -> Run:
     """``unit``'s fleet from empty under ``rate`` requests a second (over the fleet) of ``split``."""
-    bank = bank_of(unit.seed)
+    bank = bank_of(unit.seed, unit.hardware)
     schedule = schedule_for(rate, requests)
     sim = Simulation(unit.fleet, bank, _settings(unit, targets), unit.calibration, unit.seed, MAX_NUM_SEQS)
     traffic = OpenLoop(mix.stream(split, unit.seed), bank, rate, mix.requests_per_item(split), schedule, unit.seed)
@@ -186,7 +209,7 @@ def _by_kind(run: Run) -> tuple[dict[str, dict[str, float]], dict[str, dict[str,
 
 def _burst(unit: Unit, options: Options) -> Point:
     """Tool calls and chat turns, ``burst`` a GPU, all at once."""
-    bank = bank_of(unit.seed)
+    bank = bank_of(unit.seed, unit.hardware)
     count = options.burst * unit.gpus
     singles = [i for i in mix.sample("verdict", count * 3, unit.seed * 1000 + 999) if i.kind in ("tool call", "chat")]
     traffic = Burst(singles[:count], bank)
@@ -201,12 +224,12 @@ def _burst(unit: Unit, options: Options) -> Point:
 
 def setup_seed(seed: int, options: Options) -> SeedSetup:
     """The gate's calibration, the dynamic-K table and the gate's compositions, from the calibration split."""
-    bank = bank_of(seed)
+    bank = bank_of(seed, options.hardware)
     spec_pools = [p for p in FIXED.values() if p.speculative]
     fit = calibrate(bank, spec_pools, calibration_arms(), CALIBRATION_REQUESTS, CALIBRATION_LOADS, MAX_NUM_SEQS)
     calibration = fit.calibration
     table = _best_table(seed, calibration, options)
-    traffic = plan_traffic(seed, calibration, options.requests)
+    traffic = plan_traffic(seed, calibration, options.requests, options.hardware)
     choices = candidates(MAX_NUM_SEQS, MAX_NUM_BATCHED_TOKENS)
     target = plans.Targets(options.targets.ttft, options.targets.tpot, 0.99)
     recommended = {n: plans.recommend(traffic, calibration, n, choices, target) for n in options.gpus}
@@ -215,7 +238,8 @@ def setup_seed(seed: int, options: Options) -> SeedSetup:
     by_cost = {(n, rate): plans.recommend(plans.Traffic(rate * n, traffic.kinds), calibration, n, choices, target,
                                           objective="cost").best
                for n in options.gpus for rate in cost_rates(options)}
-    return SeedSetup(seed, calibration, table, {n: r.best for n, r in recommended.items()}, splits, by_cost)
+    return SeedSetup(seed, calibration, table, {n: r.best for n, r in recommended.items()}, splits, by_cost,
+                     options.hardware)
 
 
 def cost_rates(options: Options) -> tuple[float, ...]:
@@ -223,12 +247,12 @@ def cost_rates(options: Options) -> tuple[float, ...]:
     return tuple(r for r in options.rates if r <= COST_RATES_UP_TO)
 
 
-def plan_traffic(seed: int, calibration: Calibration, requests: int) -> plans.Traffic:
+def plan_traffic(seed: int, calibration: Calibration, requests: int, hardware: str = "") -> plans.Traffic:
     """The calibration split as the gate's proxy sees it: ``requests`` of it replayed lightly through one
     plain GPU, and read from the proxy's own traffic window, as ``draftgate plan`` reads a running proxy's."""
     fleet = Fleet((FIXED["always off"],))
-    unit = Unit(seed, 1, "plan", fleet, calibration, True)
-    bank = bank_of(seed)
+    unit = Unit(seed, 1, "plan", fleet, calibration, True, hardware=hardware)
+    bank = bank_of(seed, hardware)
     schedule = Schedule(10.0, requests / PLAN_TRAFFIC_RATE, 0.0)
     sim = Simulation(fleet, bank, _settings(unit, Targets()), calibration, seed, MAX_NUM_SEQS)
     per_item = mix.requests_per_item("calibration")
@@ -244,7 +268,7 @@ def _best_table(seed: int, calibration: Calibration, options: Options) -> tuple[
     split, over rates around where fleets reach their capacity (``TABLE_RATES``)."""
     best, best_share = DYNAMIC_TABLES[0], -1.0
     for table in DYNAMIC_TABLES:
-        unit = Unit(seed, 1, DYNAMIC, Fleet((dynamic_pool(table),)), calibration, False)
+        unit = Unit(seed, 1, DYNAMIC, Fleet((dynamic_pool(table),)), calibration, False, hardware=options.hardware)
         share = statistics.fmean(point(simulate(unit, rate, options.requests // 2, options.targets, "calibration"),
                                        rate, options.targets).attainment for rate in TABLE_RATES)
         if share > best_share:
@@ -257,7 +281,7 @@ def meetable(options: Options, requests: int = 200) -> bool:
     does, the verdict would be every capacity 0, minutes later."""
     lightest = min(options.rates)
     for pool in FIXED.values():
-        unit = Unit(options.first_seed, 1, "", Fleet((pool,)), Calibration(), False)
+        unit = Unit(options.first_seed, 1, "", Fleet((pool,)), Calibration(), False, hardware=options.hardware)
         run_ = simulate(unit, lightest, requests, options.targets)
         if point(run_, lightest, options.targets).attainment >= ATTAINMENT:
             return True
@@ -278,20 +302,21 @@ def calibration_arms() -> dict[str, list[dict[str, Any]]]:
 def units(setup: SeedSetup, options: Options) -> Iterator[Unit]:
     for gpus in options.gpus:
         for name, pool in FIXED.items():
-            yield Unit(setup.seed, gpus, name, Fleet((pool,)).resized(gpus), setup.calibration, False)
+            yield Unit(setup.seed, gpus, name, Fleet((pool,)).resized(gpus), setup.calibration, False,
+                       hardware=setup.hardware)
         yield Unit(setup.seed, gpus, DYNAMIC, Fleet((dynamic_pool(setup.dynamic_table, gpus),)),
-                   setup.calibration, False)
+                   setup.calibration, False, hardware=setup.hardware)
         gated = [(GATE, setup.compositions[gpus])]
         if gpus in setup.splits:
             gated.append((GATE_SPLIT, setup.splits[gpus]))
         for name, composition in gated:
             fleet, routing = fleet_of(composition)
             yield Unit(setup.seed, gpus, name, fleet, calibration_for(fleet, setup.calibration), True,
-                       tuple(sorted(routing.items())))
+                       tuple(sorted(routing.items())), hardware=setup.hardware)
         for rate in cost_rates(options):
             fleet, routing = fleet_of(setup.by_cost[(gpus, rate)])
             yield Unit(setup.seed, gpus, GATE_COST, fleet, calibration_for(fleet, setup.calibration), True,
-                       tuple(sorted(routing.items())), rate)
+                       tuple(sorted(routing.items())), rate, setup.hardware)
 
 
 def same_as(unit: Unit, others: Sequence[Unit]) -> str | None:
@@ -397,8 +422,9 @@ def main(options: Options) -> int:
     def say(text: str) -> None:
         print(text, file=stream, flush=True)
 
-    say("draftgate evaluate: EMULATED H200s in virtual time (no GPU). Point --spec-on/--spec-off at your own "
-        "pools for your hardware's figures.")
+    profile = profile_of(options.first_seed, options.hardware)
+    say(f"draftgate evaluate: {profile.target.name} on EMULATED {profile.gpu.name}s in virtual time (no GPU). "
+        "Point --spec-on/--spec-off at your own pools for your hardware's figures.")
     summary = run(options, say)
     report(summary, options, say)
     if options.as_json:

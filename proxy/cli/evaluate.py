@@ -34,6 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ngram", metavar="URL", help="a real pool drafting with ngram, num_speculative_tokens 4, "
                                                        "prompt_lookup_min 2 and prompt_lookup_max 4")
     parser.add_argument("--dynamic-k", help="a real pool running num_speculative_tokens_per_batch_size")
+    parser.add_argument("--gpu", help="emulated: a catalogue GPU (H100, H200, B200; default H200)")
+    parser.add_argument("--model", help="emulated: the target (a catalogue model; default Qwen/Qwen3-32B)")
+    parser.add_argument("--profile", help="emulated: a profile file, e.g. the one draftgate calibrate fitted to your "
+                        "pools; every seed then runs it as it is (seeds vary the traffic)")
 
 
 def _numbers(text: str, name: str, kind: type) -> list:
@@ -89,12 +93,37 @@ def _simulated(args: argparse.Namespace, gpus: list[int], rates: list[float] | N
 
     options = Options(seeds=args.seeds, gpus=tuple(gpus), rates=tuple(rates or RATES_PER_GPU),
                       targets=targets, requests=args.requests, burst=args.burst, workers=args.workers,
-                      out=Path(args.out), as_json=args.json)
+                      out=Path(args.out), as_json=args.json, hardware=_hardware(args))
     if not meetable(options):
         raise CliError(f"no strategy holds p99 TTFT {args.ttft_target_ms:g} ms and TPOT {args.tpot_target_ms:g} ms "
                        f"for 99% of requests even at {min(options.rates):g} requests a second per GPU: "
                        "loosen the targets")
     return main(options)
+
+
+def _hardware(args: argparse.Namespace) -> str:
+    """The verdict's hardware (``bench.hardware_key``) from --profile, --gpu and --model, checked here."""
+    import yaml
+
+    from draftgate.emulator.cli import load_profile
+    from draftgate.evaluate.bench import hardware_key
+
+    if not (args.profile or args.gpu or args.model):
+        return ""
+    try:
+        profile = load_profile(args.profile, args.gpu, args.model, None)
+        if args.model and profile.target.name != args.model:
+            raise ValueError(f"unknown model {args.model!r}: the emulator's catalogue does not hold it")
+        for method in (None, "draft_model", "eagle3"):
+            profile.kv_capacity_tokens(method)
+    except (OSError, ValueError) as exc:
+        raise CliError(f"the emulated hardware: {str(exc).splitlines()[0]}") from None
+    if profile.tensor_parallel_size != 1:
+        raise CliError("the emulated verdict runs replicas of one GPU: a profile at tensor parallel size "
+                       f"{profile.tensor_parallel_size} is for draftgate simulate")
+    raw = yaml.safe_load(open(args.profile)) if args.profile else {}
+    mapping = {**raw, **({"gpu": args.gpu} if args.gpu else {}), **({"target": args.model} if args.model else {})}
+    return hardware_key(mapping, drawn=not args.profile)
 
 
 def _real(args: argparse.Namespace, spec_on: dict[int, str], rates: list[float] | None, targets: Targets) -> int:
