@@ -175,3 +175,27 @@ def test_validate_refuses_what_it_cannot_measure(capsys: pytest.CaptureFixture[s
     assert main(["validate", "--spec-off", "http://127.0.0.1:9", "--rates", "1", "--duration", "1"]) == 2
     err = capsys.readouterr().err
     assert "unreachable" in err and err.count("\n") == 1
+
+
+def test_an_emulated_server_short_of_kv_preempts_counts_it_and_answers_every_request() -> None:
+    import asyncio
+
+    import httpx
+
+    from tests.conftest import emulator
+
+    tight = EngineProfile.build("H100", "meta-llama/Llama-3.1-8B-Instruct")
+    tight = tight.model_copy(update={"efficiency": tight.efficiency.model_copy(update={"memory_utilization": 0.33})})
+    body = {"model": "Qwen/Qwen3-32B", "prompt": " ".join(["cat"] * 1500), "max_tokens": 1000, "ignore_eos": True}
+
+    async def burst(url: str) -> list[int]:
+        async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+            answers = await asyncio.gather(*(client.post("/v1/completions", json=body) for _ in range(30)))
+        return [a.json()["usage"]["completion_tokens"] for a in answers]
+
+    with emulator(3, False, time_scale=0.01, profile=tight) as server:
+        assert asyncio.run(burst(server.url)) == [1000] * 30
+        metrics = httpx.get(f"{server.url}/metrics").text
+    preempted = [float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+                 if line.startswith("vllm:num_preemptions_total")]
+    assert preempted and preempted[0] > 0

@@ -49,6 +49,8 @@ class EngineMetrics:
         self.prefix_hits = counter("vllm:prefix_cache_hits", "Prefix cache hits, in tokens.").labels(**labels)
         self.generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.").labels(**labels)
         self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.").labels(**labels)
+        self.preemptions = counter("vllm:num_preemptions", "Cumulative number of preemption from the engine."
+                                   ).labels(**labels)
         self._success = counter("vllm:request_success", "Count of successfully processed requests.",
                                 ("finished_reason",))
         self._labels = labels

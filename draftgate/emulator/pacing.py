@@ -34,6 +34,7 @@ class PacedEngine:
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._idle_since: float | None = None  # wall time the engine went idle
+        self._preemptions_counted = 0  # of the engine's, those the counter holds
 
     @property
     def kv_capacity(self) -> int:
@@ -147,6 +148,8 @@ class PacedEngine:
             seq.events.put_nowait(("finish", 0, 0))
 
     def _update_gauges(self) -> None:
+        self.metrics.preemptions.inc(self.core.num_preemptions - self._preemptions_counted)
+        self._preemptions_counted = self.core.num_preemptions
         self.metrics.running.set(len(self.core.running))
         self.metrics.waiting.set(len(self.core.waiting))
         self.metrics.kv_usage.set(self.core.kv_usage)

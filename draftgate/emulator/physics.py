@@ -150,8 +150,8 @@ class Physics:
         gpu, efficiency, tp = profile.gpu, profile.efficiency, profile.tensor_parallel_size
         self.efficiency = efficiency
         self.target = _model(profile.target, gpu, efficiency, tp, efficiency.target_bandwidth)
-        self.vocab = profile.target.vocab
-        self.sample_seconds = _LOGIT_BYTES * self.vocab / (gpu.hbm_bytes_per_second * efficiency.target_bandwidth)
+        self.sample_seconds = _LOGIT_BYTES * profile.target.vocab / (
+            gpu.hbm_bytes_per_second * efficiency.target_bandwidth)
         self.drafter = profile.drafter(method) if method is not None else None
         self.draft = None if self.drafter is None or self.drafter.shape is None else _model(
             self.drafter.shape, gpu, efficiency, tp, self.drafter.bandwidth_efficiency)
@@ -172,8 +172,10 @@ class Physics:
         tokens = prefill_work = kv_read = 0.0
         sampled = drafted = 0
         decode_only = True
+        widest = narrowest = works[0].new_tokens
         for w in works:
             t = w.new_tokens
+            widest, narrowest = max(widest, t), min(narrowest, t)
             tokens += t
             kv_read += w.context + t
             if w.decoding:
@@ -183,7 +185,10 @@ class Physics:
                 decode_only = False
                 prefill_work += t * (w.context + t / 2)
                 sampled += 1
-        padded, launches = self._graph(n, tokens, decode_only)
+        # a model drafter always proposes K, so its decode batches are uniform; a lookup's are
+        # where every sequence found as much to copy
+        uniform = decode_only and (self.drafter is None or self.draft is not None or widest == narrowest)
+        padded, launches = self._graph(n, tokens, uniform)
         cost = _pass(self.target, n, tokens, padded, prefill_work, kv_read)
         each = cost.each + e.gpu_step_overhead_seconds / n + sampled * _SAMPLING_PASSES * self.sample_seconds / n
         seconds = cost.seconds + e.gpu_step_overhead_seconds + sampled * _SAMPLING_PASSES * self.sample_seconds
@@ -208,12 +213,12 @@ class Physics:
             charges = [c + share for c in charges]
         return StepTime(seconds, charges)
 
-    def _graph(self, n: int, tokens: float, decode_only: bool) -> tuple[float, float]:
+    def _graph(self, n: int, tokens: float, uniform: bool) -> tuple[float, float]:
         """The tokens the step's GEMMs run (padded to its CUDA graph) and its launch cost a layer:
-        a decode-only step replays a full graph, padded by request count; a mixed one up to the
+        a uniform decode step replays a full graph, padded by request count; any other up to the
         largest graph runs piecewise, its attention launched eagerly; past that, all of it is."""
         e = self.efficiency
-        if decode_only and n <= self.decode_graphs[-1]:
+        if uniform and n <= self.decode_graphs[-1]:
             return self.decode_graphs[bisect_left(self.decode_graphs, n)] * tokens / n, 0.0
         if tokens <= self.graphs[-1]:
             return float(self.graphs[bisect_left(self.graphs, tokens)]), e.piecewise_layer_seconds
