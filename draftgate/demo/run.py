@@ -54,7 +54,7 @@ def _stack(seed: int, out_dir: Path) -> None:
 
     common = ["emulate", "--enable-force-include-usage", "--per-request-spec-decode-metrics", "summary",
               "--profile-seed", str(seed)]
-    eagle = '{"method": "eagle3", "model": "Qwen/Qwen3-32B-EAGLE3", "num_speculative_tokens": 3}'
+    eagle = '{"method": "eagle3", "model": "RedHatAI/Qwen3-32B-speculator.eagle3", "num_speculative_tokens": 3}'
     with ServerProcess([*common, "--speculative-config", eagle]) as on, ServerProcess(common) as off:
         config = out_dir / "draftgate.yaml"
         config.write_text(yaml.safe_dump({"pools": [

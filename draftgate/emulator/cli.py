@@ -72,22 +72,28 @@ def parse_speculative_config(text: str | None) -> Any:
 def load_profile(path: str | None, gpu: str | None, model: str | None, tensor_parallel_size: int | None) -> Any:
     """The profile a server runs: a profile file's (or the default), on ``gpu`` at
     ``tensor_parallel_size`` where given, emulating ``model`` where the catalogue knows it."""
-    import yaml
-
     from draftgate.emulator.hardware import Catalogue
-    from draftgate.emulator.profile import EngineProfile
+    from draftgate.emulator.profile import EngineProfile, read_profile_file
 
-    raw = {}
-    if path:
-        with open(path) as f:
-            try:
-                raw = yaml.safe_load(f) or {}
-            except yaml.YAMLError as exc:
-                raise ValueError(f"{path} is not YAML: {str(exc).splitlines()[0]}") from None
-        if not isinstance(raw, dict):
-            raise ValueError(f"{path}: a profile file is a YAML mapping")
+    raw = read_profile_file(path) if path else {}
     known = model is not None and model in Catalogue.load(raw).models
     return EngineProfile.from_mapping(raw, gpu, model if known else None, tensor_parallel_size)
+
+
+def _drafting_with(profile: Any, spec: Any) -> Any:
+    """``profile`` drafting with the model ``spec`` names; a server starts whatever it is given, so a
+    model the catalogue does not hold drafts as the catalogue's drafter of its kind, and says so."""
+    import sys
+
+    from draftgate.emulator.hardware import UnknownName
+
+    try:
+        return profile.with_drafter(spec.method, spec.draft_model)
+    except UnknownName:
+        shape = profile.drafter(spec.method).shape
+        print(f"draftgate emulate: {spec.draft_model} is not in the emulator's catalogue; it drafts as "
+              f"{shape.name if shape else 'a lookup'} does", file=sys.stderr, flush=True)
+        return profile
 
 
 def build_config(args: argparse.Namespace) -> Any:
@@ -102,6 +108,8 @@ def build_config(args: argparse.Namespace) -> Any:
         profile = load_profile(args.profile, args.gpu, args.model, args.tensor_parallel_size)
         if args.profile_seed is not None:
             profile = EngineProfile.random(args.profile_seed, profile)
+        if spec is not None:
+            profile = _drafting_with(profile, spec)
         profile.kv_capacity_tokens(spec.method if spec else None)  # do the weights fit
         faults = Faults.model_validate(json.loads(args.faults)) if args.faults else Faults()
     except (OSError, ValidationError, ValueError) as exc:

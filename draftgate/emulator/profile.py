@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import Field, field_validator
@@ -169,6 +170,17 @@ class EngineProfile(Frozen):
                 f"({self.gpu.memory_bytes / 1e9:.0f} GB): too little to serve; use more GPUs per replica")
         return tokens
 
+    def with_drafter(self, method: str, name: str | None, catalogue: Catalogue = DEFAULT) -> EngineProfile:
+        """This profile drafting for ``method`` with the model ``name`` (a --speculative-config's
+        ``model``) where the catalogue holds it and it is not already the drafter; a lookup, or no
+        name, leaves it as it is. Raises ``UnknownName`` for a model the catalogue does not hold."""
+        drafter = self.drafter(method)
+        if name is None or drafter.shape is None or drafter.shape.name == name:
+            return self
+        family = next(key for key, d in self.drafters.items() if d is drafter)
+        shaped = drafter.model_copy(update={"shape": catalogue.model(name)})
+        return self.model_copy(update={"drafters": {**self.drafters, family: shaped}})
+
     @classmethod
     def build(cls, gpu: str, model: str, tensor_parallel_size: int = 1, catalogue: Catalogue = DEFAULT,
               **fields: object) -> EngineProfile:
@@ -185,10 +197,7 @@ class EngineProfile(Frozen):
         """A profile file: any of this model's fields, with ``gpu`` and ``target`` given whole or by
         catalogue name, and ``gpus`` and ``models`` entries that extend the catalogue. The
         arguments, when given, name the GPU, the model and the tensor parallelism over the file's."""
-        raw = yaml.safe_load(Path(path).read_text()) or {}
-        if not isinstance(raw, dict):
-            raise ValueError("a profile file is a YAML mapping")
-        return cls.from_mapping(raw, gpu, model, tensor_parallel_size)
+        return cls.from_mapping(read_profile_file(path), gpu, model, tensor_parallel_size)
 
     @classmethod
     def from_mapping(cls, raw: dict[str, object], gpu: str | None = None, model: str | None = None,
@@ -249,6 +258,17 @@ class EngineProfile(Frozen):
                             free_text_value=rng.uniform(60, 140)),
             auto_call_probability=rng.uniform(0.6, 0.9),
         ))
+
+
+def read_profile_file(path: str | Path) -> dict[str, Any]:
+    """A profile file's mapping; ``ValueError`` (``OSError`` for a missing file) saying what is wrong."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path} is not YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: a profile file is a YAML mapping")
+    return raw
 
 
 def drafters_for(target: ModelShape, catalogue: Catalogue = DEFAULT) -> dict[str, Drafter]:

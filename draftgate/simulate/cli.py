@@ -49,12 +49,11 @@ def run(args: argparse.Namespace) -> int:
 
 def build_ladder(args: argparse.Namespace) -> Any:
     """The ladder the arguments ask for, every mistake in them one ``CliError``."""
-    import yaml
     from pydantic import ValidationError
 
-    from draftgate.emulator.cli import parse_speculative_config
+    from draftgate.emulator.cli import load_profile, parse_speculative_config
     from draftgate.emulator.hardware import Catalogue
-    from draftgate.emulator.profile import EngineProfile
+    from draftgate.emulator.profile import read_profile_file
     from draftgate.simulate.ladder import Ladder, Lengths
 
     try:
@@ -77,35 +76,24 @@ def build_ladder(args: argparse.Namespace) -> Any:
     if args.gpu_memory_utilization is not None and not 0 < args.gpu_memory_utilization <= 1:
         raise CliError("--gpu-memory-utilization must be in (0, 1]")
     spec = parse_speculative_config(args.speculative_config)
-    extra: dict[str, Any] = {}
-    if args.profile:
-        try:
-            with open(args.profile) as f:
-                extra = yaml.safe_load(f) or {}
-        except OSError as exc:
-            raise CliError(f"--profile {args.profile}: {exc.strerror}") from None
-        except yaml.YAMLError as exc:
-            raise CliError(f"--profile {args.profile}: not YAML ({str(exc).splitlines()[0]})") from None
-        if not isinstance(extra, dict):
-            raise CliError(f"--profile {args.profile}: a YAML mapping")
     try:
-        profile = EngineProfile.from_mapping(extra, args.gpu, args.model, args.tensor_parallel_size)
+        profile = load_profile(args.profile, args.gpu, args.model, args.tensor_parallel_size)
+        if args.model and profile.target.name != args.model:
+            raise ValueError(f"unknown model {args.model!r}: the catalogue does not hold it (a profile file adds more)")
         if args.gpu_memory_utilization is not None:
             profile = profile.model_copy(update={"efficiency": profile.efficiency.model_copy(
                 update={"memory_utilization": args.gpu_memory_utilization})})
         if spec is not None:
-            drafter = profile.drafter(spec.method)
-            if spec.draft_model and drafter.shape is not None and spec.draft_model != drafter.shape.name:
-                shape = Catalogue.load(extra).model(spec.draft_model)
-                family = next(name for name, d in profile.drafters.items() if d is drafter)
-                profile = profile.model_copy(update={"drafters": {
-                    **profile.drafters, family: drafter.model_copy(update={"shape": shape})}})
+            profile = profile.with_drafter(spec.method, spec.draft_model,
+                                           Catalogue.load(read_profile_file(args.profile) if args.profile else {}))
         ladder = Ladder(profile, spec, rates, args.duration, lengths["--prompt-tokens"], lengths["--output-tokens"],
                         args.max_num_seqs, args.max_num_batched_tokens, args.temperature, args.seed)
         ladder.profile.kv_capacity_tokens(spec.method if spec else None)  # does it fit at all
     except ValidationError as exc:
         error = exc.errors()[0]
         raise CliError(f"{'.'.join(str(p) for p in error['loc']) or 'profile'}: {error['msg']}") from None
+    except OSError as exc:
+        raise CliError(f"--profile {args.profile}: {exc.strerror}") from None
     except ValueError as exc:
         raise CliError(str(exc).splitlines()[0]) from None
     return ladder

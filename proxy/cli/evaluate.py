@@ -103,9 +103,8 @@ def _simulated(args: argparse.Namespace, gpus: list[int], rates: list[float] | N
 
 def _hardware(args: argparse.Namespace) -> str:
     """The verdict's hardware (``bench.hardware_key``) from --profile, --gpu and --model, checked here."""
-    import yaml
-
     from draftgate.emulator.cli import load_profile
+    from draftgate.emulator.profile import read_profile_file
     from draftgate.evaluate.bench import hardware_key
 
     if not (args.profile or args.gpu or args.model):
@@ -121,7 +120,7 @@ def _hardware(args: argparse.Namespace) -> str:
     if profile.tensor_parallel_size != 1:
         raise CliError("the emulated verdict runs replicas of one GPU: a profile at tensor parallel size "
                        f"{profile.tensor_parallel_size} is for draftgate simulate")
-    raw = yaml.safe_load(open(args.profile)) if args.profile else {}
+    raw = read_profile_file(args.profile) if args.profile else {}
     mapping = {**raw, **({"gpu": args.gpu} if args.gpu else {}), **({"target": args.model} if args.model else {})}
     return hardware_key(mapping, drawn=not args.profile)
 
