@@ -22,7 +22,7 @@ from draftgate.emulator.physics import Physics, Work
 from draftgate.emulator.profile import EngineProfile
 from draftgate.evaluate.fleet import Fleet, PoolSpec
 from draftgate.evaluate.requests import Bank
-from draftgate.evaluate.simulation import Simulation, proxy_settings
+from draftgate.evaluate.simulation import Served, Simulation, proxy_settings
 from draftgate.evaluate.traffic import ClosedLoop
 from draftgate.policy.calibration import Calibration
 from draftgate.simulate.ladder import Ladder, Lengths, run_rate
@@ -55,6 +55,14 @@ def one_at_a_time(profile: EngineProfile, spec: SpecConfig | None, prompt: str, 
     return run_rate(ladder, 0.05, 0)
 
 
+def closed_loop(bank: Bank, items: list[mix.Item], concurrency: int) -> list[Served]:
+    """The items' chat requests, greedy, ``concurrency`` at a time on one plain emulated server."""
+    fleet = Fleet((OFF,))
+    sim = Simulation(fleet, bank, proxy_settings(fleet, 1024), Calibration(), bank.seed, 1024)
+    requests = [bank.prepared(f"{i.id}#greedy", i.kind, dict(i.requests[-1], temperature=0)) for i in items]
+    return sim.run(ClosedLoop(requests, concurrency), (0.0, float("inf")), float("inf")).served
+
+
 def published_rows() -> list[Row]:
     h100_8b = EngineProfile.build("H100", LLAMA_8B)
     l20_8b = EngineProfile.from_mapping(L20, "L20", LLAMA_8B)
@@ -76,6 +84,19 @@ def published_rows() -> list[Row]:
     l20 = one_at_a_time(l20_8b, LLAMA_8B_EAGLE3, "100-200", "300-500")
     rows.append(Row("vLLM PR 25872 (the emulator's prose acceptance, not MT-bench's)", "mean TPOT, ms",
                     9.57, l20["tpot_ms"]["mean"], "ms"))
+    # GPUStack performance lab, Qwen3-8B latency on H100: vLLM 0.11.0, Qwen3-8B in BF16 on one H100 SXM,
+    # ShareGPT, 100 prompts at concurrency 4: mean TPOT 7.38 ms, median TTFT 60.26 ms; mean latency a
+    # request at concurrency 1, 2, 4 and 8: 1.66, 1.68, 1.68 and 1.78 s
+    qwen_8b = Bank(EngineProfile.build("H100", "Qwen/Qwen3-8B"), 1)
+    chat = mix.items("verdict")["chat"][:100]
+    at_four = closed_loop(qwen_8b, chat, 4)
+    rows.append(Row("GPUStack lab: Qwen3-8B, 1 x H100, vLLM 0.11, ShareGPT, concurrency 4", "mean TPOT, ms",
+                    7.38, statistics.fmean(s.tpot for s in at_four) * 1e3, "ms"))
+    rows.append(Row("the same", "median TTFT, ms", 60.26,
+                    statistics.median(s.first_token - s.arrived for s in at_four) * 1e3, "ms"))
+    latency = {c: statistics.fmean(s.last_token - s.arrived for s in closed_loop(qwen_8b, chat, c)) for c in (1, 8)}
+    rows.append(Row("the same, concurrency 1 to 8", "mean latency, 8 against 1", 1.78 / 1.66,
+                    latency[8] / latency[1], "x"))
     # vLLM PR 18566: Llama-3.1-8B-Instruct, ShareGPT, 1,000 prompts sent at once (GPU not stated;
     # an H100 assumed): 32.42 requests/s, 6,582.87 output tokens/s, mean 230 prompt and 203 answer tokens
     burst = Ladder(h100_8b, None, (1000.0,), 1.0, Lengths.parse("230:200"), Lengths.parse("203:150"), seed=1)
