@@ -226,3 +226,22 @@ def test_the_simulated_gate_routes_as_the_proxy_does_over_http(tmp_path: Path) -
     assert abs(sum(routes.values()) - sum(sent.values())) <= 0.05 * total
     assert sum((routes & sent).values()) >= 0.9 * total, (routes, sent)
     assert {pool for _, pool in routes} == {"eagle3-k3", "plain"}  # both pools take some: routing is exercised
+
+
+def test_a_tensor_parallel_verdict_is_counted_in_gpus(tmp_path: Path) -> None:
+    """70B at tensor parallel size 4: two replicas are a fleet of 8 GPUs, and every rate, capacity and
+    GPU-second is per GPU."""
+    done = evaluate("--model", "meta-llama/Llama-3.1-70B-Instruct", "--tensor-parallel-size", "4", "--gpus", "8",
+                    "--seeds", "1", "--requests", "400", "--rates", "0.5,1,2", "--burst", "0", "--json",
+                    "--out", str(tmp_path), timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout)
+    assert list(summary["fleets"]) == ["8"] and summary["tensor_parallel_size"] == 4
+    off = summary["fleets"]["8"]["strategies"]["always off"]
+    assert off["gpus"] == 8 and off["composition"] == {"plain": 8}
+    assert [r["rps_per_gpu"] for r in off["rates"]] == [0.5, 1.0, 2.0]
+    assert 0 < off["capacity_rps_per_gpu"]["mean"] < 2.0
+    assert "8 GPUs" in done.stderr and "2 GPUs" not in done.stderr
+    odd = evaluate("--model", "meta-llama/Llama-3.1-70B-Instruct", "--tensor-parallel-size", "4", "--gpus", "6",
+                   timeout=60)
+    assert odd.returncode == 2 and "whole number of 4-GPU replicas" in odd.stderr

@@ -81,6 +81,8 @@ class Options:
     out: Path = Path("evaluate-output")
     as_json: bool = False
     hardware: str = ""  # ``hardware_key``: "" for the default profile drawn from each seed
+    # GPUs a replica: fleet sizes (``gpus``) and ``rates`` are then in replicas, and the summary in GPUs
+    tensor_parallel_size: int = 1
 
 
 @dataclass(frozen=True)
@@ -179,11 +181,11 @@ def run_unit(unit: Unit, options: Options) -> UnitResult:
     def measure(per_gpu: float) -> Point:
         rate = per_gpu * unit.gpus
         run = simulate(unit, rate, options.requests, options.targets)
-        if per_gpu == REFERENCE_RATE_PER_GPU:
+        if per_gpu == REFERENCE_RATE_PER_GPU * options.tensor_parallel_size:
             result.by_kind, result.routes = _by_kind(run)
         return point(run, rate, options.targets)
 
-    grid = sorted({*options.rates, REFERENCE_RATE_PER_GPU})
+    grid = sorted({*options.rates, REFERENCE_RATE_PER_GPU * options.tensor_parallel_size})
     result.capacity = search(measure, grid, options.bisections)
     if options.burst:
         result.burst = _burst(unit, options)
@@ -210,7 +212,7 @@ def _by_kind(run: Run) -> tuple[dict[str, dict[str, float]], dict[str, dict[str,
 def _burst(unit: Unit, options: Options) -> Point:
     """Tool calls and chat turns, ``burst`` a GPU, all at once."""
     bank = bank_of(unit.seed, unit.hardware)
-    count = options.burst * unit.gpus
+    count = options.burst * unit.gpus * options.tensor_parallel_size  # ``burst`` is per GPU
     singles = [i for i in mix.sample("verdict", count * 3, unit.seed * 1000 + 999) if i.kind in ("tool call", "chat")]
     traffic = Burst(singles[:count], bank)
     sim = Simulation(unit.fleet, bank, _settings(unit, options.targets), unit.calibration, unit.seed, MAX_NUM_SEQS)
@@ -244,7 +246,7 @@ def setup_seed(seed: int, options: Options) -> SeedSetup:
 
 def cost_rates(options: Options) -> tuple[float, ...]:
     """The rates per GPU at which the plan's fleet for objective cost is run."""
-    return tuple(r for r in options.rates if r <= COST_RATES_UP_TO)
+    return tuple(r for r in options.rates if r <= COST_RATES_UP_TO * options.tensor_parallel_size)
 
 
 def plan_traffic(seed: int, calibration: Calibration, requests: int, hardware: str = "") -> plans.Traffic:
@@ -270,7 +272,8 @@ def _best_table(seed: int, calibration: Calibration, options: Options) -> tuple[
     for table in DYNAMIC_TABLES:
         unit = Unit(seed, 1, DYNAMIC, Fleet((dynamic_pool(table),)), calibration, False, hardware=options.hardware)
         share = statistics.fmean(point(simulate(unit, rate, options.requests // 2, options.targets, "calibration"),
-                                       rate, options.targets).attainment for rate in TABLE_RATES)
+                                       rate, options.targets).attainment
+                                 for rate in (r * options.tensor_parallel_size for r in TABLE_RATES))
         if share > best_share:
             best, best_share = table, share
     return best
@@ -356,6 +359,7 @@ def run(options: Options, say: Callable[[str], None] = print) -> dict[str, Any]:
     was run, never on which worker ran it when."""
     seeds = list(range(options.first_seed, options.first_seed + options.seeds))
     workers = options.workers or os.cpu_count() or 1
+    tp = options.tensor_parallel_size
     setups: list[SeedSetup] = []
     every: list[Unit] = []
     results: list[UnitResult] = []
@@ -373,7 +377,7 @@ def run(options: Options, say: Callable[[str], None] = print) -> dict[str, Any]:
                     setups.append(setup)
                     say(f"  seed {setup.seed}: kappa {setup.calibration.kappa:.2f}; dynamic K table "
                         f"{[list(row) for row in setup.dynamic_table]}; the gate's fleets: "
-                        + "; ".join(f"{n} GPUs {c.name}" for n, c in setup.compositions.items()))
+                        + "; ".join(f"{n * tp} GPUs {c.name}" for n, c in setup.compositions.items()))
                     mine = list(units(setup, options))
                     every += mine
                     runs = [unit for i, unit in enumerate(mine) if same_as(unit, mine[:i]) is None]
@@ -384,7 +388,7 @@ def run(options: Options, say: Callable[[str], None] = print) -> dict[str, Any]:
                     results.append(future.result())
                     unit = results[-1].unit
                     draw("  ", len(results), total + (len(pending) * len(results) // max(1, len(setups))),
-                         f"runs ({unit.strategy}, {unit.gpus} GPUs, seed {unit.seed})")
+                         f"runs ({unit.strategy}, {unit.gpus * tp} GPUs, seed {unit.seed})")
     ran = {(r.unit.seed, r.unit.gpus, r.unit.strategy): r for r in results if r.unit.rate is None}
     for i, unit in enumerate(every):
         other = same_as(unit, [u for u in every[:i] if u.seed == unit.seed])
@@ -398,7 +402,7 @@ def run(options: Options, say: Callable[[str], None] = print) -> dict[str, Any]:
                                       at_rate=source.capacity.at(unit.rate * unit.gpus)))
     setups.sort(key=lambda s: s.seed)
     results.sort(key=lambda r: (r.unit.seed, r.unit.gpus, r.unit.strategy, r.unit.rate or 0.0))
-    return verdict.summary(results, setups, options.targets, seeds, options.rates)
+    return verdict.in_gpus(verdict.summary(results, setups, options.targets, seeds, options.rates), tp)
 
 
 def report(summary: dict[str, Any], options: Options, say: Callable[[str], None] = print) -> Path | None:

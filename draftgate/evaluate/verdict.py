@@ -11,6 +11,7 @@ fixed fleet pays at that rate, idle time included.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections import Counter
 from collections.abc import Sequence
@@ -108,6 +109,63 @@ def summary(results: Sequence[UnitResult], setups: Sequence[SeedSetup], targets:
                   "latency": "simulated milliseconds", "cost": "GPU-milliseconds per output token (emulated H200)"},
         "fleets": {size: fleets[size] for size in sorted(fleets, key=int)},
     }
+
+
+def in_gpus(summary_: dict[str, Any], tensor_parallel_size: int) -> dict[str, Any]:
+    """``summary``'s figures, worked out in replicas, in GPUs: each replica of a tensor-parallel
+    pool is ``tensor_parallel_size`` GPUs, so fleet sizes and GPU-seconds grow by that much and
+    rates per GPU shrink by it. At one GPU a replica, the summary as it is."""
+    tp = tensor_parallel_size
+    if tp == 1:
+        return summary_
+    per_gpu = ("rps_per_gpu", "predicted_capacity_rps_per_gpu")
+    gpu_time = ("busy_gpu_ms_per_token", "provisioned_gpu_ms_per_token", "predicted_busy_gpu_ms_per_token",
+                "cheapest_homogeneous_busy_gpu_ms_per_token")
+
+    def scaled(row: dict[str, Any]) -> dict[str, Any]:
+        out = dict(row)
+        for key in per_gpu:
+            if out.get(key) is not None:
+                out[key] = round(out[key] / tp, 4)
+        for key in gpu_time:
+            if out.get(key) is not None:
+                out[key] = round(out[key] * tp, 4)
+        for key in ("plan", "cheapest_homogeneous"):
+            if isinstance(out.get(key), str):
+                out[key] = _plan_in_gpus(out[key], tp)
+        if "plans_by_seed" in out:
+            out["plans_by_seed"] = {seed: _plan_in_gpus(plan, tp) for seed, plan in out["plans_by_seed"].items()}
+        return out
+
+    fleets = {}
+    for size, fleet in summary_["fleets"].items():
+        strategies = {}
+        for name, entry in fleet["strategies"].items():
+            entry = scaled(entry)
+            entry["gpus"] = entry["gpus"] * tp
+            entry["composition"] = {pool: n * tp for pool, n in entry["composition"].items()}
+            if "compositions_by_seed" in entry:
+                entry["compositions_by_seed"] = {seed: {pool: n * tp for pool, n in c.items()}
+                                                 for seed, c in entry["compositions_by_seed"].items()}
+            capacity = entry["capacity_rps_per_gpu"]
+            entry["capacity_rps_per_gpu"] = {k: ([round(v / tp, 4) for v in capacity[k]] if k == "by_seed"
+                                                 else round(capacity[k] / tp, 4)) for k in capacity}
+            entry["rates"] = [scaled(r) for r in entry["rates"]]
+            if "burst" in entry:
+                entry["burst"] = scaled(entry["burst"])
+            entry["cost_by_kind"] = {k: None if v is None else round(v * tp, 4)
+                                     for k, v in entry["cost_by_kind"].items()}
+            strategies[name] = entry
+        converted: dict[str, Any] = {"strategies": strategies}
+        if "cost_objective" in fleet:
+            converted["cost_objective"] = [scaled(row) for row in fleet["cost_objective"]]
+        fleets[str(int(size) * tp)] = converted
+    return {**summary_, "fleets": fleets, "tensor_parallel_size": tp}
+
+
+def _plan_in_gpus(plan: str, tp: int) -> str:
+    """A plan's name (``policy.fleet.Composition.name``) with its pools' replicas counted as GPUs."""
+    return re.sub(r"(^|\+ )(\d+) ", lambda m: f"{m[1]}{int(m[2]) * tp} ", plan)
 
 
 def _cost_objective(results: Sequence[UnitResult], setups: Sequence[SeedSetup], fleets: dict[str, Any]) -> None:

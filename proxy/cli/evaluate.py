@@ -36,6 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dynamic-k", help="a real pool running num_speculative_tokens_per_batch_size")
     parser.add_argument("--gpu", help="emulated: a catalogue GPU (H100, H200, B200; default H200)")
     parser.add_argument("--model", help="emulated: the target (a catalogue model; default Qwen/Qwen3-32B)")
+    parser.add_argument("--tensor-parallel-size", type=int, help="emulated: GPUs a replica, every pool alike "
+                        "(1, 2, 4 or 8; default the profile's, or 1); fleet sizes are in GPUs")
     parser.add_argument("--profile", help="emulated: a profile file, e.g. the one draftgate calibrate fitted to your "
                         "pools; every seed then runs it as it is (seeds vary the traffic)")
 
@@ -91,38 +93,43 @@ def run(args: argparse.Namespace) -> int:
 def _simulated(args: argparse.Namespace, gpus: list[int], rates: list[float] | None, targets: Targets) -> int:
     from draftgate.evaluate.bench import RATES_PER_GPU, Options, main, meetable
 
-    options = Options(seeds=args.seeds, gpus=tuple(gpus), rates=tuple(rates or RATES_PER_GPU),
-                      targets=targets, requests=args.requests, burst=args.burst, workers=args.workers,
-                      out=Path(args.out), as_json=args.json, hardware=_hardware(args))
+    hardware, tp = _hardware(args)
+    if any(n % tp for n in gpus):
+        raise CliError(f"--gpus: at tensor parallel size {tp} a fleet is a whole number of {tp}-GPU replicas, "
+                       f"got {args.gpus!r}")
+    # the verdict runs in replicas; its summary is put back in GPUs (verdict.in_gpus)
+    options = Options(seeds=args.seeds, gpus=tuple(n // tp for n in gpus),
+                      rates=tuple(r * tp for r in rates or RATES_PER_GPU), targets=targets, requests=args.requests,
+                      burst=args.burst, workers=args.workers, out=Path(args.out), as_json=args.json,
+                      hardware=hardware, tensor_parallel_size=tp)
     if not meetable(options):
         raise CliError(f"no strategy holds p99 TTFT {args.ttft_target_ms:g} ms and TPOT {args.tpot_target_ms:g} ms "
-                       f"for 99% of requests even at {min(options.rates):g} requests a second per GPU: "
+                       f"for 99% of requests even at {min(options.rates) / tp:g} requests a second per GPU: "
                        "loosen the targets")
     return main(options)
 
 
-def _hardware(args: argparse.Namespace) -> str:
-    """The verdict's hardware (``bench.hardware_key``) from --profile, --gpu and --model, checked here."""
+def _hardware(args: argparse.Namespace) -> tuple[str, int]:
+    """The verdict's hardware (``bench.hardware_key``) from --profile, --gpu, --model and
+    --tensor-parallel-size, checked here, and its GPUs a replica."""
     from draftgate.emulator.cli import load_profile
     from draftgate.emulator.profile import read_profile_file
     from draftgate.evaluate.bench import hardware_key
 
-    if not (args.profile or args.gpu or args.model):
-        return ""
+    if not (args.profile or args.gpu or args.model or args.tensor_parallel_size):
+        return "", 1
     try:
-        profile = load_profile(args.profile, args.gpu, args.model, None)
+        profile = load_profile(args.profile, args.gpu, args.model, args.tensor_parallel_size)
         if args.model and profile.target.name != args.model:
             raise ValueError(f"unknown model {args.model!r}: the emulator's catalogue does not hold it")
         for method in (None, "draft_model", "eagle3"):
             profile.kv_capacity_tokens(method)
     except (OSError, ValueError) as exc:
         raise CliError(f"the emulated hardware: {str(exc).splitlines()[0]}") from None
-    if profile.tensor_parallel_size != 1:
-        raise CliError("the emulated verdict runs replicas of one GPU: a profile at tensor parallel size "
-                       f"{profile.tensor_parallel_size} is for draftgate simulate")
     raw = read_profile_file(args.profile) if args.profile else {}
-    mapping = {**raw, **({"gpu": args.gpu} if args.gpu else {}), **({"target": args.model} if args.model else {})}
-    return hardware_key(mapping, drawn=not args.profile)
+    mapping = {**raw, **({"gpu": args.gpu} if args.gpu else {}), **({"target": args.model} if args.model else {}),
+               "tensor_parallel_size": profile.tensor_parallel_size}
+    return hardware_key(mapping, drawn=not args.profile), profile.tensor_parallel_size
 
 
 def _real(args: argparse.Namespace, spec_on: dict[int, str], rates: list[float] | None, targets: Targets) -> int:
