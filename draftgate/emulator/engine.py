@@ -27,7 +27,6 @@ first token, last token), the ground truth the evaluation reads.
 from __future__ import annotations
 
 import asyncio
-import math
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol

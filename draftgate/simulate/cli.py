@@ -70,7 +70,8 @@ def build_ladder(args: argparse.Namespace) -> Any:
             lengths[flag] = Lengths.parse(text)
         except ValueError as exc:
             raise CliError(f"{flag} {exc}") from None
-    for flag, value in (("--max-num-seqs", args.max_num_seqs), ("--max-num-batched-tokens", args.max_num_batched_tokens)):
+    for flag, value in (("--max-num-seqs", args.max_num_seqs),
+                        ("--max-num-batched-tokens", args.max_num_batched_tokens)):
         if value is not None and value < 1:
             raise CliError(f"{flag} must be at least 1")
     if args.gpu_memory_utilization is not None and not 0 < args.gpu_memory_utilization <= 1:
