@@ -219,3 +219,21 @@ def test_between_measured_loads_the_gate_interpolates_what_the_physics_does(tmp_
     _, truth_at_32 = _law_view_of_physics(EngineProfile.random(seed), 32)
     assert pool.delta(32) + pool.draft_cost == pytest.approx(truth_at_32, rel=0.15)
     assert pool.delta.measured_up_to == 48
+
+
+def test_the_cli_writes_a_hardware_profile_that_simulate_runs_on(tmp_path: Path) -> None:
+    with emulator(707, True, time_scale=0.02) as on, emulator(707, False, time_scale=0.02) as off:
+        cmd = [sys.executable, "-m", "draftgate.proxy.cli.main", "calibrate", "--spec-on", on.url, "--spec-off",
+               off.url, "--arms", "A", "--requests", "2", "--concurrency", "1", "--temperatures", "greedy",
+               "--gpu", "H200", "--out", str(tmp_path / "cal.yaml")]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    written = tmp_path / "cal.profile.yaml"
+    assert f"hardware profile written to {written}" in proc.stdout and "target_bandwidth:" in proc.stdout
+    profile = EngineProfile.load(written)
+    assert profile.gpu.name == "H200" and profile.target.name == MODEL
+    cmd = [sys.executable, "-m", "draftgate.proxy.cli.main", "simulate", "--profile", str(written), "--rates", "1",
+           "--duration", "10", "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert '"kv_cache_tokens"' in proc.stdout
