@@ -20,7 +20,9 @@ emulator's own physics at the conditions it was measured under:
 
 The result is a profile file that ``simulate``, ``emulate``, ``evaluate`` and
 ``validate`` take (``--profile``). What the measurements leave undetermined
-(CPU overheads, all-reduce latency) keeps its assumed value.
+(CPU overheads, all-reduce latency) keeps its assumed value, and so does a
+figure the physics cannot reach within its bounds (a measurement from another
+GPU than the one named, say), with a note that says so.
 """
 
 from __future__ import annotations
@@ -117,9 +119,11 @@ def _fit_bandwidth(result: HardwareFit, plan: Plan, state: dict[str, dict[str, A
         return Physics(_with_efficiency(result.profile, target_bandwidth=efficiency), None).step_time(work).seconds
 
     value, inside = bisect(step, measured / time_scale, 0.05, 1.0, rising=False)
-    result.profile = _with_efficiency(result.profile, target_bandwidth=value)
+    if inside:
+        result.profile = _with_efficiency(result.profile, target_bandwidth=value)
     result.notes["target_bandwidth"] = (f"{value:.3f} from {measured / time_scale * 1e3:.2f} ms a token at "
-                                        f"{batch} running" + ("" if inside else " (at a bound: check the GPU)"))
+                                        f"{batch} running" + ("" if inside else ": out of reach, kept (is it the GPU "
+                                                              "the pools run on?)"))
 
 
 def _fit_compute(result: HardwareFit, state: dict[str, dict[str, Any]], time_scale: float) -> None:
@@ -144,9 +148,10 @@ def _fit_compute(result: HardwareFit, state: dict[str, dict[str, Any]], time_sca
             long - short)
 
     value, inside = bisect(per_token, slope, 0.02, 1.0, rising=False)
-    result.profile = _with_efficiency(result.profile, compute=value, attention_compute=min(1.0, value * ratio))
+    if inside:
+        result.profile = _with_efficiency(result.profile, compute=value, attention_compute=min(1.0, value * ratio))
     result.notes["compute"] = (f"{value:.3f} of peak from {slope * 1e6:.1f} us a prompt token"
-                               + ("" if inside else " (at a bound)"))
+                               + ("" if inside else ": out of reach, kept"))
 
 
 def _fit_drafter(result: HardwareFit, plan: Plan, state: dict[str, dict[str, Any]], fit: Fit, pool: Pool,
@@ -172,17 +177,19 @@ def _fit_drafter(result: HardwareFit, plan: Plan, state: dict[str, dict[str, Any
             return Physics(with_drafter(bandwidth_efficiency=efficiency), pool.method).step_time(work).seconds
 
         value, inside = bisect(round_seconds, round_time / time_scale, 0.02, 1.0, rising=False)
-        drafter = drafter.model_copy(update={"bandwidth_efficiency": value})
+        if inside:
+            drafter = drafter.model_copy(update={"bandwidth_efficiency": value})
         notes.append(f"streaming {value:.3f} from {round_time / time_scale * 1e3:.2f} ms a round"
-                     + ("" if inside else " (at a bound)"))
+                     + ("" if inside else ": out of reach, kept"))
     tau = fit.tau.get(pool.name, {})
     if drafter.shape is not None and tau.get("f"):
         def prose_tau(misalignment: float) -> float:
             return _emulated_tau(["prose"] * POSITIONS, profile, misalignment, pool.gamma)
 
         value, inside = bisect(prose_tau, float(tau["f"]), 0.01, 6.0, rising=False, steps=24)
-        drafter = drafter.model_copy(update={"misalignment": value})
-        notes.append(f"misalignment {value:.3f} from tau_F {tau['f']:.2f}" + ("" if inside else " (at a bound)"))
+        if inside:
+            drafter = drafter.model_copy(update={"misalignment": value})
+        notes.append(f"misalignment {value:.3f} from tau_F {tau['f']:.2f}" + ("" if inside else ": out of reach, kept"))
     result.profile = profile = profile.model_copy(update={"drafters": {**profile.drafters, family: drafter}})
     if drafter.shape is not None and tau.get("s") and plan.workloads.get("B"):
         kinds = _answer_kinds(plan.workloads["B"], profile, "s")
