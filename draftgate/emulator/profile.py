@@ -134,8 +134,7 @@ class EngineProfile(Frozen):
     def drafter(self, method: str) -> Drafter:
         """The drafter behind a ``--speculative-config`` method (eagle3 and mtp draft as EAGLE heads,
         suffix as a lookup)."""
-        family = {"eagle3": "eagle", "mtp": "eagle", "medusa": "eagle", "ngram": "ngram",
-                  "suffix": "ngram"}.get(method, "draft_model")
+        family = _family(method)
         found = self.drafters.get(family)
         if found is None:
             raise ValueError(f"no {family} drafter for {self.target.name}: name one in the catalogue's drafters")
@@ -177,9 +176,8 @@ class EngineProfile(Frozen):
         drafter = self.drafter(method)
         if name is None or drafter.shape is None or drafter.shape.name == name:
             return self
-        family = next(key for key, d in self.drafters.items() if d is drafter)
         shaped = drafter.model_copy(update={"shape": catalogue.model(name)})
-        return self.model_copy(update={"drafters": {**self.drafters, family: shaped}})
+        return self.model_copy(update={"drafters": {**self.drafters, _family(method): shaped}})
 
     @classmethod
     def build(cls, gpu: str, model: str, tensor_parallel_size: int = 1, catalogue: Catalogue = DEFAULT,
@@ -200,13 +198,13 @@ class EngineProfile(Frozen):
         return cls.from_mapping(read_profile_file(path), gpu, model, tensor_parallel_size)
 
     @classmethod
-    def from_mapping(cls, raw: dict[str, object], gpu: str | None = None, model: str | None = None,
+    def from_mapping(cls, raw: dict[str, Any], gpu: str | None = None, model: str | None = None,
                      tensor_parallel_size: int | None = None) -> EngineProfile:
         """``load``'s work on a mapping already read."""
         fields = dict(raw)
         catalogue = Catalogue.load({"gpus": fields.pop("gpus", None), "models": fields.pop("models", None)})
-        gpu = gpu or (fields.pop("gpu") if isinstance(fields.get("gpu"), str) else None)  # type: ignore[assignment]
-        model = model or (fields.pop("target") if isinstance(fields.get("target"), str) else None)  # type: ignore[assignment]
+        gpu = gpu or _named(fields, "gpu")
+        model = model or _named(fields, "target")
         if gpu is not None:
             fields["gpu"] = catalogue.gpu(gpu)
         if model is not None:
@@ -237,8 +235,8 @@ class EngineProfile(Frozen):
             "compute": min(0.8, around(e.compute, 0.12)),
             "cpu_step_seconds": around(e.cpu_step_seconds, 0.3),
             "spec_round_overhead_seconds": around(e.spec_round_overhead_seconds, 0.3)})
-        # the rest from a stream of their own, so the draws above and below stay what they were
-        # for a seed as the profile grows figures
+        # the rest from a stream of their own: a seed's draws above and below do not depend on
+        # how many figures the profile has
         more = random.Random(f"{seed}:more")
         efficiency = efficiency.model_copy(update={
             name: min(cap, value * more.lognormvariate(0.0, spread)) for name, value, spread, cap in (
@@ -258,6 +256,17 @@ class EngineProfile(Frozen):
                             free_text_value=rng.uniform(60, 140)),
             auto_call_probability=rng.uniform(0.6, 0.9),
         ))
+
+
+def _family(method: str) -> str:
+    """The drafter family (a key of ``EngineProfile.drafters``) a speculation method drafts with."""
+    return {"eagle3": "eagle", "mtp": "eagle", "medusa": "eagle", "ngram": "ngram",
+            "suffix": "ngram"}.get(method, "draft_model")
+
+
+def _named(fields: dict[str, Any], key: str) -> str | None:
+    """``fields[key]`` taken out where it names a catalogue entry (a string) rather than giving it whole."""
+    return fields.pop(key) if isinstance(fields.get(key), str) else None
 
 
 def read_profile_file(path: str | Path) -> dict[str, Any]:

@@ -51,9 +51,9 @@ def build_ladder(args: argparse.Namespace) -> Any:
     """The ladder the arguments ask for, every mistake in them one ``CliError``."""
     from pydantic import ValidationError
 
-    from draftgate.emulator.cli import load_profile, parse_speculative_config
+    from draftgate.emulator.cli import parse_speculative_config
     from draftgate.emulator.hardware import Catalogue
-    from draftgate.emulator.profile import read_profile_file
+    from draftgate.emulator.profile import EngineProfile, read_profile_file
     from draftgate.simulate.ladder import Ladder, Lengths
 
     try:
@@ -78,15 +78,13 @@ def build_ladder(args: argparse.Namespace) -> Any:
         raise CliError("--gpu-memory-utilization must be in (0, 1]")
     spec = parse_speculative_config(args.speculative_config)
     try:
-        profile = load_profile(args.profile, args.gpu, args.model, args.tensor_parallel_size)
-        if args.model and profile.target.name != args.model:
-            raise ValueError(f"unknown model {args.model!r}: the catalogue does not hold it (a profile file adds more)")
+        raw = read_profile_file(args.profile) if args.profile else {}
+        profile = EngineProfile.from_mapping(raw, args.gpu, args.model, args.tensor_parallel_size)
         if args.gpu_memory_utilization is not None:
             profile = profile.model_copy(update={"efficiency": profile.efficiency.model_copy(
                 update={"memory_utilization": args.gpu_memory_utilization})})
         if spec is not None:
-            profile = profile.with_drafter(spec.method, spec.draft_model,
-                                           Catalogue.load(read_profile_file(args.profile) if args.profile else {}))
+            profile = profile.with_drafter(spec.method, spec.draft_model, Catalogue.load(raw))
         ladder = Ladder(profile, spec, rates, args.duration, lengths["--prompt-tokens"], lengths["--output-tokens"],
                         args.max_num_seqs, args.max_num_batched_tokens, args.temperature, args.seed)
         ladder.profile.kv_capacity_tokens(spec.method if spec else None)  # does it fit at all

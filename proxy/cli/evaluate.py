@@ -112,21 +112,18 @@ def _simulated(args: argparse.Namespace, gpus: list[int], rates: list[float] | N
 def _hardware(args: argparse.Namespace) -> tuple[str, int]:
     """The verdict's hardware (``bench.hardware_key``) from --profile, --gpu, --model and
     --tensor-parallel-size, checked here, and its GPUs a replica."""
-    from draftgate.emulator.cli import load_profile
-    from draftgate.emulator.profile import read_profile_file
+    from draftgate.emulator.profile import EngineProfile, read_profile_file
     from draftgate.evaluate.bench import hardware_key
 
     if not (args.profile or args.gpu or args.model or args.tensor_parallel_size):
         return "", 1
     try:
-        profile = load_profile(args.profile, args.gpu, args.model, args.tensor_parallel_size)
-        if args.model and profile.target.name != args.model:
-            raise ValueError(f"unknown model {args.model!r}: the emulator's catalogue does not hold it")
+        raw = read_profile_file(args.profile) if args.profile else {}
+        profile = EngineProfile.from_mapping(raw, args.gpu, args.model, args.tensor_parallel_size)
         for method in (None, "draft_model", "eagle3"):
             profile.kv_capacity_tokens(method)
     except (OSError, ValueError) as exc:
         raise CliError(f"the emulated hardware: {str(exc).splitlines()[0]}") from None
-    raw = read_profile_file(args.profile) if args.profile else {}
     mapping = {**raw, **({"gpu": args.gpu} if args.gpu else {}), **({"target": args.model} if args.model else {}),
                "tensor_parallel_size": profile.tensor_parallel_size}
     return hardware_key(mapping, drawn=not args.profile), profile.tensor_parallel_size
