@@ -84,6 +84,10 @@ class Options:
     # GPUs a replica: fleet sizes (``gpus``) and ``rates`` are then in replicas, and the summary in GPUs
     tensor_parallel_size: int = 1
 
+    def per_replica(self, per_gpu: float) -> float:
+        """A rate (or count) a GPU, as the runs count it: a replica's."""
+        return per_gpu * self.tensor_parallel_size
+
 
 @dataclass(frozen=True)
 class SeedSetup:
@@ -95,7 +99,6 @@ class SeedSetup:
     compositions: dict[int, plans.Composition]  # fleet size -> the gate's composition
     splits: dict[int, plans.Composition]  # fleet size -> the best composition of more than one pool
     by_cost: dict[tuple[int, float], plans.Composition]  # (fleet size, rate per GPU) -> objective cost's choice
-    hardware: str = ""
 
 
 @dataclass(frozen=True)
@@ -181,11 +184,11 @@ def run_unit(unit: Unit, options: Options) -> UnitResult:
     def measure(per_gpu: float) -> Point:
         rate = per_gpu * unit.gpus
         run = simulate(unit, rate, options.requests, options.targets)
-        if per_gpu == REFERENCE_RATE_PER_GPU * options.tensor_parallel_size:
+        if per_gpu == options.per_replica(REFERENCE_RATE_PER_GPU):
             result.by_kind, result.routes = _by_kind(run)
         return point(run, rate, options.targets)
 
-    grid = sorted({*options.rates, REFERENCE_RATE_PER_GPU * options.tensor_parallel_size})
+    grid = sorted({*options.rates, options.per_replica(REFERENCE_RATE_PER_GPU)})
     result.capacity = search(measure, grid, options.bisections)
     if options.burst:
         result.burst = _burst(unit, options)
@@ -212,7 +215,7 @@ def _by_kind(run: Run) -> tuple[dict[str, dict[str, float]], dict[str, dict[str,
 def _burst(unit: Unit, options: Options) -> Point:
     """Tool calls and chat turns, ``burst`` a GPU, all at once."""
     bank = bank_of(unit.seed, unit.hardware)
-    count = options.burst * unit.gpus * options.tensor_parallel_size  # ``burst`` is per GPU
+    count = round(options.per_replica(options.burst)) * unit.gpus
     singles = [i for i in mix.sample("verdict", count * 3, unit.seed * 1000 + 999) if i.kind in ("tool call", "chat")]
     traffic = Burst(singles[:count], bank)
     sim = Simulation(unit.fleet, bank, _settings(unit, options.targets), unit.calibration, unit.seed, MAX_NUM_SEQS)
@@ -240,13 +243,12 @@ def setup_seed(seed: int, options: Options) -> SeedSetup:
     by_cost = {(n, rate): plans.recommend(plans.Traffic(rate * n, traffic.kinds), calibration, n, choices, target,
                                           objective="cost").best
                for n in options.gpus for rate in cost_rates(options)}
-    return SeedSetup(seed, calibration, table, {n: r.best for n, r in recommended.items()}, splits, by_cost,
-                     options.hardware)
+    return SeedSetup(seed, calibration, table, {n: r.best for n, r in recommended.items()}, splits, by_cost)
 
 
 def cost_rates(options: Options) -> tuple[float, ...]:
     """The rates per GPU at which the plan's fleet for objective cost is run."""
-    return tuple(r for r in options.rates if r <= COST_RATES_UP_TO * options.tensor_parallel_size)
+    return tuple(r for r in options.rates if r <= options.per_replica(COST_RATES_UP_TO))
 
 
 def plan_traffic(seed: int, calibration: Calibration, requests: int, hardware: str = "") -> plans.Traffic:
@@ -273,7 +275,7 @@ def _best_table(seed: int, calibration: Calibration, options: Options) -> tuple[
         unit = Unit(seed, 1, DYNAMIC, Fleet((dynamic_pool(table),)), calibration, False, hardware=options.hardware)
         share = statistics.fmean(point(simulate(unit, rate, options.requests // 2, options.targets, "calibration"),
                                        rate, options.targets).attainment
-                                 for rate in (r * options.tensor_parallel_size for r in TABLE_RATES))
+                                 for rate in map(options.per_replica, TABLE_RATES))
         if share > best_share:
             best, best_share = table, share
     return best
@@ -306,20 +308,20 @@ def units(setup: SeedSetup, options: Options) -> Iterator[Unit]:
     for gpus in options.gpus:
         for name, pool in FIXED.items():
             yield Unit(setup.seed, gpus, name, Fleet((pool,)).resized(gpus), setup.calibration, False,
-                       hardware=setup.hardware)
+                       hardware=options.hardware)
         yield Unit(setup.seed, gpus, DYNAMIC, Fleet((dynamic_pool(setup.dynamic_table, gpus),)),
-                   setup.calibration, False, hardware=setup.hardware)
+                   setup.calibration, False, hardware=options.hardware)
         gated = [(GATE, setup.compositions[gpus])]
         if gpus in setup.splits:
             gated.append((GATE_SPLIT, setup.splits[gpus]))
         for name, composition in gated:
             fleet, routing = fleet_of(composition)
             yield Unit(setup.seed, gpus, name, fleet, calibration_for(fleet, setup.calibration), True,
-                       tuple(sorted(routing.items())), hardware=setup.hardware)
+                       tuple(sorted(routing.items())), hardware=options.hardware)
         for rate in cost_rates(options):
             fleet, routing = fleet_of(setup.by_cost[(gpus, rate)])
             yield Unit(setup.seed, gpus, GATE_COST, fleet, calibration_for(fleet, setup.calibration), True,
-                       tuple(sorted(routing.items())), rate, setup.hardware)
+                       tuple(sorted(routing.items())), rate, options.hardware)
 
 
 def same_as(unit: Unit, others: Sequence[Unit]) -> str | None:
