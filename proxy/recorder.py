@@ -195,14 +195,14 @@ class Recorder:
         gpu_seconds = tokens * plain_per_token / batch * saving
         price = settings.price_per_gpu_hour
         money = abs(gpu_seconds) / 3600.0 * price
-        if gpu_seconds >= 0:
-            m.gpu_saved.labels(model=model, pool=pool).inc(gpu_seconds)
-            if price:
-                m.money_saved.labels(model=model, pool=pool, currency=settings.currency).inc(money)
-        else:
-            m.gpu_lost.labels(model=model, pool=pool).inc(-gpu_seconds)
-            if price:
-                m.money_lost.labels(model=model, pool=pool, currency=settings.currency).inc(money)
+        # both counters of a pair exist once either moves: the dashboard's net panels subtract one
+        # from the other, and a missing series would blank a pool that has only ever saved
+        saved, lost = max(gpu_seconds, 0.0), max(-gpu_seconds, 0.0)
+        m.gpu_saved.labels(model=model, pool=pool).inc(saved)
+        m.gpu_lost.labels(model=model, pool=pool).inc(lost)
+        if price:
+            m.money_saved.labels(model=model, pool=pool, currency=settings.currency).inc(money if saved else 0.0)
+            m.money_lost.labels(model=model, pool=pool, currency=settings.currency).inc(money if lost else 0.0)
 
     def _count_regret(self, model: str, pool: Pool, cls: str, band: str, batch: float, tokens: float) -> None:
         """Routing regret, estimated: what a gated request cost over the kind of pool that, by the
