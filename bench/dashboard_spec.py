@@ -112,6 +112,17 @@ PANELS: list[tuple[str, str, list[tuple[str, str]], str]] = [
         ("{{kind}} to {{pool}}", "draftgate_assignment_share"),
     ], "The share of each kind of request each pool takes: the plan's assignment, spilled where a pool nears its "
        "limit (the kind whose move costs least moves first)."),
+    ("Plan against the pools: median time per token", "s", [
+        ("predicted {{pool}}", 'draftgate_plan_predicted_latency_seconds{latency="tpot", quantile="0.5"}'),
+        ("observed {{pool}}", 'draftgate_plan_observed_latency_seconds{latency="tpot", quantile="0.5"}'),
+    ], "What the plan predicts for each running pool at the traffic's rate, beside what its streamed answers took "
+       "between the last two plans. The plan corrects each pool's step time from the difference."),
+    ("Plan against the pools: share within the targets", "percentunit", [
+        ("predicted {{pool}}", "draftgate_plan_predicted_attainment_ratio"),
+        ("observed {{pool}}", "draftgate_plan_observed_attainment_ratio"),
+        ("the plan's error", "draftgate_plan_observed_error_ratio"),
+    ], "The share of each pool's requests within the latency targets, predicted and observed, and the plan's "
+       "observed error: a kind of request moves to another pool only for a predicted gain larger than it."),
 ]
 
 

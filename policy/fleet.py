@@ -111,6 +111,9 @@ class Candidate:
     max_num_seqs: int = 1024
     max_num_batched_tokens: int = 8192
     draft_prefill_ratio: float = 0.0  # a draft model prefills the prompt too
+    # the running pool's steps, observed over what the calibration predicts (``plan_feedback``): 1 until the
+    # proxy has timed the pool against a plan
+    step_scale: float = 1.0
 
     @property
     def speculative(self) -> bool:
@@ -152,6 +155,8 @@ class GpuLoad:
     busy: float  # share of the time a step runs
     tokens_per_second: float
     feasible: bool  # holds the traffic at all (prefill below the GPU's time, the batch within max_num_seqs)
+    tpot_median: float = math.inf  # the median request's time per output token
+    within: float = 0.0  # share of requests within the targets (``gpu_load`` sets it)
 
     def meets(self, targets: Targets) -> bool:
         return self.feasible and (targets.tpot is None or self.tpot <= targets.tpot) and (
@@ -250,7 +255,7 @@ def _rounds(pool: _Pool, candidate: Candidate, calibration: Calibration, depth: 
 
 
 def _step(calibration: Calibration, candidate: Candidate, depth: int, batch: float, drafted: float) -> float:
-    c_t = calibration.target_pass_seconds(batch)
+    c_t = calibration.target_pass_seconds(batch) * candidate.step_scale
     if depth <= 0 or candidate.method is None:
         return c_t
     cal = calibration.pool(candidate.name, depth, candidate.method)
@@ -264,8 +269,11 @@ def gpu_load(kinds: Sequence[Kind], candidate: Candidate, calibration: Calibrati
     if tails is None:
         return load
     miss = 1.0 - targets.attainment
+    missed = (tails.tpot(targets.tpot) if targets.tpot is not None else 0.0) + (
+        tails.ttft(targets.ttft) if targets.ttft is not None else 0.0)
     return dataclasses.replace(load, tpot=_solve_quantile(tails.tpot, miss, 5.0),
-                               ttft=_solve_quantile(tails.ttft, miss, 120.0))
+                               ttft=_solve_quantile(tails.ttft, miss, 120.0),
+                               tpot_median=_solve_quantile(tails.tpot, 0.5, 5.0), within=max(0.0, 1.0 - missed))
 
 
 @dataclass(frozen=True)

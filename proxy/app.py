@@ -46,6 +46,7 @@ from draftgate.proxy.request_body import BadRequest, read_body, read_json
 from draftgate.proxy.shared_state import SharedState
 from draftgate.proxy.shutdown import Shutdown
 from draftgate.proxy.stored_responses import SNIFF_BYTES, ResponseHolders
+from draftgate.proxy.traffic_record import TrafficRecord
 from draftgate.proxy.upstream import UpstreamClient
 
 log = logging.getLogger("draftgate.proxy")
@@ -85,7 +86,8 @@ class Proxy:
         if self.shared is not None:
             self.upstreams.on_eject = self.shared.eject
         self.planner = Planner(settings, pools, self.metrics, self.shared)
-        self.recorder = Recorder(self.planner, pools, self.metrics)
+        self.traffic_record = _traffic_record(settings)
+        self.recorder = Recorder(self.planner, pools, self.metrics, self.traffic_record)
         self.monitor = Monitor(pools, self.client, lambda: self.settings, on_scrape=self.recorder.on_scrape,
                                on_replicas_changed=self.forget_gone_replicas, shared=self.shared)
         self.planning = FleetPlanning(self.planner, self.metrics, lambda: self.settings)
@@ -127,7 +129,7 @@ class Proxy:
                                       reason=Planner.decision_reason(plan), key=caller.label).inc()
         request_id = request.headers.get("x-request-id")  # headers already parsed by read_json
         observation = Observation(request_id=request_id[:128] if request_id else None, reshape=endpoint.reshape)
-        outcome = Outcome(plan, 200, observation, time.perf_counter() - started)
+        outcome = Outcome(plan, 200, observation, time.perf_counter() - started, sent=body)
         prefer = (plan.affinity.placement.pool, plan.affinity.placement.replica) if plan.affinity else None
         exchange = Exchange(self.upstreams,
                             Outgoing("POST", upstream_target(request.scope, endpoint.path), request.scope["headers"],
@@ -303,6 +305,16 @@ class Proxy:
         self.recorder.keep_only(live)
 
 
+def _traffic_record(settings: ProxySettings) -> TrafficRecord | None:
+    """The traffic file ``record_traffic`` names, open for appending (read at startup)."""
+    if settings.record_traffic is None:
+        return None
+    try:
+        return TrafficRecord(settings.record_traffic)
+    except OSError as exc:
+        raise ConfigError(f"record_traffic: cannot write {settings.record_traffic.path}: {exc.strerror}") from None
+
+
 def _raw(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
     return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
 
@@ -328,6 +340,8 @@ def create_app(settings: ProxySettings,
             await proxy.planning.stop()
             if proxy.shared is not None:
                 await proxy.shared.close()
+            if proxy.traffic_record is not None:
+                proxy.traffic_record.close()
             proxy.client.close()
 
     # the document describes the proxy's own endpoints (proxy/admin.py); vLLM's API, relayed, is vLLM's to document

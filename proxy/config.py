@@ -194,6 +194,18 @@ class ModelPolicy(BaseModel):
                                 "with load")
 
 
+class RecordTraffic(BaseModel):
+    """Where the proxy writes the requests it serves, as ``draftgate evaluate --traffic`` replays them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: Path = Field(description="the file the requests are appended to, one JSON line each (docs/traffic.md)")
+    sample: float = Field(1.0, gt=0.0, le=1.0, description="share of sessions (and lone requests) recorded; a "
+                                                           "session is recorded whole or not at all")
+    redact: bool = Field(False, description="keep only lengths and structure: every text is replaced by filler of "
+                                            "its length, tool names and schemas kept")
+
+
 class ApiKey(BaseModel):
     """A client key, and what it may do: a bare string in ``api_keys`` is a key with
     every default."""
@@ -310,6 +322,9 @@ class ProxySettings(BaseSettings):
                                "between doubles it, up to 60 s")
     scrape_interval: float = Field(2.0, gt=0, description="seconds between reads of a replica's /metrics")
     log_requests: bool = Field(True, description="one JSON line per request on stdout (docs/logs.md)")
+    record_traffic: RecordTraffic | None = Field(None, description="write the requests routed to a file that "
+                                                                   "draftgate evaluate --traffic replays "
+                                                                   "(docs/traffic.md)")
     exploration_share: float = Field(0.02, ge=0.0, le=0.5, description="share sent to the pool not chosen")
     price_per_gpu_hour: float = Field(0.0, ge=0.0, description="for the money-saved counters; 0: not exported")
     currency: str = Field("USD", min_length=1, max_length=8, description="label of the money-saved counters")
@@ -446,7 +461,7 @@ class ProxySettings(BaseSettings):
 READ_AT_STARTUP = ("host", "port", "tls_ca_file", "tls_certfile", "tls_keyfile", "tls_client_certfile",
                    "tls_client_keyfile", "client_header_timeout", "max_head_bytes", "keep_alive_timeout",
                    "graceful_shutdown_seconds", "learner_capacity", "affinity_capacity", "response_holders_capacity",
-                   "drift_window", "proxy_replicas", "state", "state_password")
+                   "drift_window", "proxy_replicas", "state", "state_password", "record_traffic")
 
 
 def _usable_pair(cert_name: str, cert: Path | None, key_name: str, key: Path | None, protocol: int) -> None:

@@ -28,6 +28,7 @@ from draftgate.proxy.config import (
     ModelPolicy,
     PoolConfig,
     ProxySettings,
+    RecordTraffic,
     SpeculationConfig,
 )
 
@@ -41,6 +42,7 @@ SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("structure_priors", StructurePriors),
     ("api_keys[]", ApiKey),
     ("plan_candidates[]", CandidatePool),
+    ("record_traffic", RecordTraffic),
 )
 
 _INTRO = """\

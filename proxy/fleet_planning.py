@@ -15,7 +15,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from draftgate.policy.fleet import Recommendation
+from draftgate.policy.fleet import Recommendation, Targets
 from draftgate.proxy.config import ProxySettings
 from draftgate.proxy.metrics import ProxyMetrics
 from draftgate.proxy.planner import Planner, plan_fleet
@@ -73,6 +73,7 @@ class FleetPlanning:
             log.exception("planning the fleet failed")
             return None
         self.export_assignment()
+        self.export_feedback()
         if recommendation is not None:
             self.export_plan(recommendation)
         return recommendation
@@ -86,6 +87,27 @@ class FleetPlanning:
         for kind, shares in assignment.shares.items():
             for pool, share in shares.items():
                 gauge.labels(kind=kind, pool=pool).set(share)
+
+    def export_feedback(self) -> None:
+        """The plan's predictions for the running pools beside what they did, and its corrections."""
+        m, feedback = self.metrics, self.planner.feedback
+        for gauge in (m.plan_predicted_latency, m.plan_observed_latency, m.plan_predicted_attainment,
+                      m.plan_observed_attainment, m.plan_step_scale):
+            gauge.clear()
+        tail = str(Targets().attainment)  # the percentile the targets are held at
+        for pool, predicted in feedback.predicted.items():
+            m.plan_predicted_latency.labels(pool=pool, latency="tpot", quantile="0.5").set(predicted.tpot_median)
+            m.plan_predicted_latency.labels(pool=pool, latency="tpot", quantile=tail).set(predicted.tpot_tail)
+            m.plan_predicted_latency.labels(pool=pool, latency="ttft", quantile=tail).set(predicted.ttft_tail)
+            m.plan_predicted_attainment.labels(pool=pool).set(predicted.within)
+            m.plan_step_scale.labels(pool=pool).set(feedback.step_scale(pool))
+        for pool, observed in feedback.observed.items():
+            m.plan_observed_latency.labels(pool=pool, latency="tpot", quantile="0.5").set(observed.tpot_median)
+            m.plan_observed_latency.labels(pool=pool, latency="tpot", quantile=tail).set(observed.tpot_tail)
+            m.plan_observed_latency.labels(pool=pool, latency="ttft", quantile="0.5").set(observed.ttft_median)
+            m.plan_observed_latency.labels(pool=pool, latency="ttft", quantile=tail).set(observed.ttft_tail)
+            m.plan_observed_attainment.labels(pool=pool).set(observed.within)
+        m.plan_error.set(feedback.error)
 
     def export_plan(self, recommendation: Recommendation) -> None:
         m = self.metrics

@@ -192,6 +192,25 @@ class ProxyMetrics:
                                registry=r)
         self.plan_recommendation = Gauge("draftgate_plan_recommendation", "1, labelled with the fleet the plan "
                                          "recommends, in words.", ["fleet"], registry=r)
+        self.plan_predicted_latency = Gauge("draftgate_plan_predicted_latency_seconds", "What the plan predicts "
+                                            "for each running pool at the traffic's rate: time per output token "
+                                            "(median and targets' percentile) and time to first token (targets' "
+                                            "percentile).", ["pool", "latency", "quantile"], registry=r)
+        self.plan_observed_latency = Gauge("draftgate_plan_observed_latency_seconds", "What each running pool's "
+                                           "streamed answers took between the last two plans, as the prediction "
+                                           "states it.", ["pool", "latency", "quantile"], registry=r)
+        self.plan_predicted_attainment = Gauge("draftgate_plan_predicted_attainment_ratio", "Share of each "
+                                               "running pool's requests the plan predicts within the targets.",
+                                               ["pool"], registry=r)
+        self.plan_observed_attainment = Gauge("draftgate_plan_observed_attainment_ratio", "Share of each running "
+                                              "pool's streamed answers within the targets between the last two "
+                                              "plans.", ["pool"], registry=r)
+        self.plan_step_scale = Gauge("draftgate_plan_step_scale_ratio", "The correction the plan applies to each "
+                                     "pool's step time, learned from its answers against the plan (1: none).",
+                                     ["pool"], registry=r)
+        self.plan_error = Gauge("draftgate_plan_observed_error_ratio", "How far the last plan's median time per "
+                                "token was from what the pools did, relatively, at most over the pools: the least "
+                                "gain for which the plan moves traffic.", registry=r)
         self.calibration_parameter = Gauge("draftgate_calibration_parameter", "Calibration parameters in use.",
                                            ["model", "parameter"], registry=r)
         self.calibration_age = Gauge("draftgate_calibration_age_seconds", "Age of the calibration in use.",

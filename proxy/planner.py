@@ -9,6 +9,7 @@ finished request teaches comes back to it through ``learn``.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from collections import OrderedDict, deque
@@ -21,6 +22,7 @@ from draftgate.policy.assignment import Assignment, Capacity, Turns, spill
 from draftgate.policy.calibration import Calibration, CalibrationError
 from draftgate.policy.fleet import Recommendation, TrafficWindow
 from draftgate.policy.gate import Affinity, Decision, GatePolicy, decide
+from draftgate.policy.plan_feedback import Latencies, PlanFeedback
 from draftgate.policy.structure import (
     ObservedStructure,
     SamplingDefaults,
@@ -165,10 +167,11 @@ def candidate_of(name: str, speculation: SpeculationConfig | None, max_num_seqs:
 class FleetInputs:
     traffic: fleet.Traffic
     calibration: Calibration
-    running: tuple[tuple[fleet.Candidate, int], ...]  # each pool as it runs, and its replicas
+    running: tuple[tuple[fleet.Candidate, int], ...]  # each pool as it runs (its step scale), and its replicas
     candidates: tuple[fleet.Candidate, ...]
     targets: fleet.Targets
     objective: str
+    routed: tuple[tuple[str, str], ...] = ()  # kind -> pool, as the proxy routes now (the last plan's)
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,15 @@ class FleetPlan:
     assignment: fleet.Composition  # the running fleet, each kind to the pool that serves it best
     capacities: list[Capacity]  # what one GPU of each running pool takes of each kind
     recommendation: Recommendation | None  # the best fleet of as many GPUs, beside the running one
+    routed: fleet.Composition | None = None  # the running fleet as routed now, worked out alike
+
+    @property
+    def gain(self) -> float:
+        """How much more the new assignment carries than the routing now (inf when there is none to
+        compare: no routing yet, or a kind it does not place)."""
+        if self.routed is None or self.routed.capacity <= 0:
+            return math.inf
+        return self.assignment.capacity / self.routed.capacity - 1.0
 
 
 def plan_fleet(inputs: FleetInputs, recommend: bool = True) -> FleetPlan:
@@ -186,7 +198,13 @@ def plan_fleet(inputs: FleetInputs, recommend: bool = True) -> FleetPlan:
     recommendation = fleet.recommend(inputs.traffic, inputs.calibration, sum(n for _, n in inputs.running),
                                      inputs.candidates, inputs.targets, inputs.objective,
                                      current=best.pools) if recommend else None
-    return FleetPlan(best, capacities, recommendation)
+    routed = dict(inputs.routed)
+    kinds = {k.name for k in inputs.traffic.kinds}
+    now = None
+    if routed and kinds <= set(routed):
+        now = fleet.evaluate([fleet.PoolPlan(c, n, tuple(k for k in sorted(kinds) if routed[k] == c.name))
+                              for c, n in inputs.running], inputs.traffic, inputs.calibration, inputs.targets)
+    return FleetPlan(best, capacities, recommendation, now)
 
 
 class Planner:
@@ -215,6 +233,7 @@ class Planner:
         self._turns = Turns()
         self._arrivals: deque[tuple[float, str]] = deque(maxlen=ARRIVALS_KEPT)
         self.recommendation: Recommendation | None = None
+        self.feedback = PlanFeedback()  # the plan's predictions for the running pools against their answers
         self.calibration = calibration if calibration is not None else load_calibration_or_defaults(settings)
         self.learner = StructureLearner(capacity=settings.learner_capacity)
         self.affinity = AffinityTable(settings.affinity_capacity)
@@ -237,6 +256,7 @@ class Planner:
         """Swap configuration in place (after the pools have taken theirs)."""
         self.settings = settings
         self.calibration = calibration
+        self.feedback.keep_only({p.name for p in settings.pools})
         self._derive_from_settings()
 
     def sampling_defaults(self) -> SamplingDefaults | None:
@@ -355,27 +375,51 @@ class Planner:
 
     def fleet_inputs(self) -> FleetInputs | None:
         """What the fleet plan needs, copied out of the proxy's state: the traffic of the last minutes, the
-        pools as they run, the candidates, the targets and objective of the busiest model. None without traffic."""
+        pools as they run (each with the step scale its answers set against the last plan: ``settle``), the
+        candidates, the targets and objective of the busiest model, the routing now. None without traffic."""
         traffic = self.traffic.traffic(self.clock())
         if traffic is None:
             return None
         policy = self.gate_policy(self.traffic.busiest_model())
         targets = fleet.Targets(policy.ttft_target or fleet.Targets().ttft, policy.tpot_target or fleet.Targets().tpot)
-        running = tuple((candidate_of(p.name, p.config.speculation, p.config.max_num_seqs,
-                                      p.config.max_num_batched_tokens), max(1, len(p.replicas_in_rotation())))
+        self.feedback.settle(targets)
+        scaled = self.feedback.step_scale
+        running = tuple((replace(candidate_of(p.name, p.config.speculation, p.config.max_num_seqs,
+                                                          p.config.max_num_batched_tokens), step_scale=scaled(p.name)),
+                         max(1, len(p.replicas_in_rotation())))
                         for p in self.pools)
         candidates = tuple(candidate_of(c.name, c.speculation, c.max_num_seqs, c.max_num_batched_tokens)
                            for c in self.settings.plan_candidates) or fleet.default_candidates()
-        return FleetInputs(traffic, self.calibration, running, candidates, targets, policy.fleet_objective)
+        candidates = tuple(replace(c, step_scale=scaled(c.name)) for c in candidates)
+        routed = tuple(sorted((kind, next(iter(pools))) for kind, pools in self._base.shares.items())
+                       ) if self._base is not None else ()
+        return FleetInputs(traffic, self.calibration, running, candidates, targets, policy.fleet_objective, routed)
 
     def adopt(self, planned: FleetPlan) -> Recommendation | None:
-        """Route by the plan: its assignment for the running fleet becomes the base, spilled at once."""
-        self._base = Assignment.whole(planned.assignment.assignment())
+        """Route by the plan: its assignment for the running fleet becomes the base, spilled at once; unless
+        it would move traffic for a gain no larger than the plan's observed error (``plan_feedback``), when
+        the routing stays. Either way, what the plan predicts for the routing taken is kept, to be set
+        beside what the pools do."""
+        taken = planned.assignment
+        if planned.routed is not None and planned.assignment.assignment() != planned.routed.assignment() and (
+                planned.gain <= self.feedback.error):
+            log.info("fleet plan: routing kept; moving kinds would gain %.1f%%, within the plan's observed error "
+                     "of %.1f%%", 100 * planned.gain, 100 * self.feedback.error)
+            taken = planned.routed
+        else:
+            self._base = Assignment.whole(taken.assignment())
+            self.assignment = self._base
         self._capacities = planned.capacities
         self.recommendation = planned.recommendation or self.recommendation
-        self.assignment = self._base
+        self.feedback.predict({plan.candidate.name: Latencies(load.tpot_median, load.tpot, math.nan, load.ttft,
+                                                               load.within)
+                               for plan, load in zip(taken.pools, taken.loads) if load is not None})
         self.refresh()
         return planned.recommendation
+
+    def answered(self, pool: str, ttft: float, tpot: float) -> None:
+        """A streamed answer's timing, for the plan to be checked against (``plan_feedback``)."""
+        self.feedback.answered(pool, ttft, tpot)
 
     def fallback_plan(self, body: dict[str, Any], endpoint: str, error: Exception,
                       serving: set[str] | None = None, caller: Caller | None = None) -> Plan:

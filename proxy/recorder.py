@@ -34,6 +34,7 @@ from draftgate.proxy.metrics import ProxyMetrics
 from draftgate.proxy.observe import Observation
 from draftgate.proxy.planner import Plan, Planner
 from draftgate.proxy.pools import Pool, PoolSet, Replica
+from draftgate.proxy.traffic_record import TrafficRecord
 
 log = logging.getLogger("draftgate.recorder")
 
@@ -58,15 +59,18 @@ class Outcome:
     overhead: float  # seconds the proxy spent on the request before and after the upstream's answer
     pool: Pool | None = None
     replica: Replica | None = None
+    sent: dict[str, Any] | None = None  # the body as the client sent it (the plan's is the gate's chat view)
 
 
 class Recorder:
     """Where finished requests are recorded, and the pools' counters attributed to classes."""
 
-    def __init__(self, planner: Planner, pools: PoolSet, metrics: ProxyMetrics) -> None:
+    def __init__(self, planner: Planner, pools: PoolSet, metrics: ProxyMetrics,
+                 traffic: TrafficRecord | None = None) -> None:
         self.planner = planner
         self.pools = pools
         self.metrics = metrics
+        self.traffic = traffic  # where answered requests are written for replay, when configured
         self.drift: dict[tuple[str, str], deque[float]] = defaultdict(
             lambda: deque(maxlen=planner.settings.drift_window))
         self.attribution: dict[str, CounterAttribution] = defaultdict(CounterAttribution)
@@ -117,6 +121,8 @@ class Recorder:
             tokens.labels(model=model, **{"class": plan.request_class}, kind="output").observe(measured.total_tokens)
         if settings.log_requests and RequestLog.stream is not None:
             self._log(outcome, route, measured, tau_obs, saving_obs)
+        if self.traffic is not None and status == 200 and outcome.sent is not None:
+            self.traffic.write(plan, outcome.sent)
 
     def _tell_no_usage(self, pool: str) -> None:
         """Once per pool: a stream without usage is measured from its characters, roughly."""
@@ -237,6 +243,7 @@ class Recorder:
             m.ttft.labels(pool=pool.name, **{"class": cls}).observe(observation.first_byte_at - observation.started)
             per_token = (observation.finished_at - observation.first_byte_at) / (measured.total_tokens - 1)
             m.tpot.labels(pool=pool.name, **{"class": cls}, load_band=band).observe(per_token)
+            self.planner.answered(pool.name, observation.first_byte_at - observation.started, per_token)
         else:  # one body: its whole time, prefill included, per token; compared with other whole answers only
             per_token = (observation.finished_at - observation.started) / measured.total_tokens
         key = (pool.speculative, cls, band, streamed)

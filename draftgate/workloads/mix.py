@@ -28,7 +28,7 @@ import itertools
 import json
 import random
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -38,8 +38,44 @@ from draftgate.workloads import BFCL_SAMPLE, SHAREGPT_SAMPLE, SHAREGPT_TURNS
 MODEL = "Qwen/Qwen3-32B"
 Split = Literal["calibration", "verdict"]
 KINDS = ("tool call", "chat", "agent session", "reasoning", "conversation")
-# the mix a verdict replays: agent traffic is mostly tool calls and sessions
-WEIGHTS = {"tool call": 4, "agent session": 2, "chat": 2, "reasoning": 1, "conversation": 1}
+# the mix a verdict replays unless told otherwise: agent traffic is mostly tool calls and sessions
+WEIGHTS: Mapping[str, float] = {"tool call": 4, "agent session": 2, "chat": 2, "reasoning": 1, "conversation": 1}
+# mixes an accuracy grid weighs the plan on, besides the default
+MIXES: Mapping[str, Mapping[str, float]] = {
+    "agent-heavy": WEIGHTS,
+    "chat-heavy": {"tool call": 1, "agent session": 1, "chat": 5, "reasoning": 1, "conversation": 2},
+    "reasoning-heavy": {"tool call": 1, "agent session": 1, "chat": 1, "reasoning": 5, "conversation": 1},
+}
+
+
+class MixError(ValueError):
+    """A mix that names no kind, an unknown one, or a weight that is not a number of 0 or more."""
+
+
+def parse_mix(text: str) -> dict[str, float]:
+    """``tool_call=4,chat=2,...`` as weights by kind; a kind not named weighs 0. A kind is written
+    with ``_`` or a space (``agent_session``, ``agent session``)."""
+    weights: dict[str, float] = {}
+    names = ", ".join(k.replace(" ", "_") for k in KINDS)
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        name, sep, value = part.partition("=")
+        kind = name.strip().replace("_", " ")
+        if not sep or kind not in KINDS:
+            raise MixError(f"{part!r} is not KIND=WEIGHT over the kinds {names}")
+        if kind in weights:
+            raise MixError(f"{name.strip()} is given twice")
+        try:
+            weight = float(value)
+        except ValueError:
+            raise MixError(f"{name.strip()}'s weight {value.strip()!r} is not a number") from None
+        if not weight >= 0 or weight == float("inf"):
+            raise MixError(f"{name.strip()}'s weight must be a finite number of 0 or more, got {value.strip()}")
+        weights[kind] = weight
+    if not any(weights.values()):
+        raise MixError(f"the mix gives no kind a weight above 0 (kinds: {names})")
+    return {kind: weights.get(kind, 0.0) for kind in KINDS}
 
 
 @dataclass(frozen=True)
@@ -60,9 +96,14 @@ def _rows(path: Any) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-@functools.lru_cache(maxsize=2)
-def items(split: Split) -> dict[str, list[Item]]:
-    """Every item of ``split``, by kind, in a fixed order (read once; not to be changed)."""
+@functools.lru_cache(maxsize=4)
+def items(split: Split, traffic: str = "") -> dict[str, list[Item]]:
+    """Every item of ``split``, by kind, in a fixed order (read once; not to be changed): the built-in
+    data's, or a traffic file's (``traffic``, its path; ``traffic_file``)."""
+    if traffic:
+        from draftgate.workloads import traffic_file
+
+        return traffic_file.items(traffic, split)
     out: dict[str, list[Item]] = {kind: [] for kind in KINDS}
     for n, row in enumerate(_rows(BFCL_SAMPLE)):
         if split_of(row["id"]) != split:
@@ -106,28 +147,43 @@ def _turns(request: dict[str, Any]) -> list[dict[str, Any]]:
     return [dict(request, messages=messages[:end]) for end in ends]
 
 
-def sample(split: Split, count: int, seed: int) -> list[Item]:
-    """``count`` items of ``split`` drawn by ``WEIGHTS`` (without repeats while any are left)."""
-    return list(itertools.islice(stream(split, seed), count))
+def weights_for(given: Mapping[str, float] | None, traffic: str = "") -> Mapping[str, float]:
+    """The weights items are drawn by: ``given`` (``parse_mix``'s), else a traffic file's own shares,
+    else the built-in ``WEIGHTS``."""
+    if given:
+        return given
+    if traffic:
+        from draftgate.workloads import traffic_file
+
+        return traffic_file.shares(traffic)
+    return WEIGHTS
 
 
-def stream(split: Split, seed: int) -> Iterator[Item]:
-    """Items of ``split`` drawn by ``WEIGHTS``, endlessly: each kind's items in a shuffled order,
-    over and over."""
+def sample(split: Split, count: int, seed: int, weights: Mapping[str, float] = WEIGHTS,
+           traffic: str = "") -> list[Item]:
+    """``count`` items of ``split`` drawn by ``weights`` (without repeats while any are left)."""
+    return list(itertools.islice(stream(split, seed, weights, traffic), count))
+
+
+def stream(split: Split, seed: int, weights: Mapping[str, float] = WEIGHTS, traffic: str = "") -> Iterator[Item]:
+    """Items of ``split`` (of the built-in data, or of the ``traffic`` file) drawn by ``weights`` (by
+    kind), endlessly: each kind's items in a shuffled order, over and over."""
     rng = random.Random(seed)
-    pools = {kind: rng.sample(found, len(found)) for kind, found in items(split).items() if found}
+    pools = {kind: rng.sample(found, len(found)) for kind, found in items(split, traffic).items() if found}
     kinds = list(pools)
-    weights = [WEIGHTS[k] for k in kinds]
+    shares = [weights.get(k, 0.0) for k in kinds]
+    if not any(shares):
+        raise MixError(f"the {split} part holds none of the kinds the mix weighs ({', '.join(kinds)} it holds)")
     taken = dict.fromkeys(kinds, 0)
     while True:
-        kind = rng.choices(kinds, weights=weights)[0]
+        kind = rng.choices(kinds, weights=shares)[0]
         yield pools[kind][taken[kind] % len(pools[kind])]
         taken[kind] += 1
 
 
-def requests_per_item(split: Split) -> float:
-    """Requests an item drawn by ``WEIGHTS`` makes, on average (a session's turns each count)."""
-    found = items(split)
-    total = sum(WEIGHTS[k] for k, kind_items in found.items() if kind_items)
-    return sum(WEIGHTS[k] / total * sum(len(i.requests) for i in kind_items) / len(kind_items)
+def requests_per_item(split: Split, weights: Mapping[str, float] = WEIGHTS, traffic: str = "") -> float:
+    """Requests an item drawn by ``weights`` makes, on average (a session's turns each count)."""
+    found = items(split, traffic)
+    total = sum(weights.get(k, 0.0) for k, kind_items in found.items() if kind_items)
+    return sum(weights.get(k, 0.0) / total * sum(len(i.requests) for i in kind_items) / len(kind_items)
                for k, kind_items in found.items() if kind_items)
