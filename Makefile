@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test install demo evaluate bench soak clean
+.PHONY: test install demo evaluate evaluate-grid bench soak clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,9 +23,13 @@ test: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/draftgate demo
 
-# Every strategy on fleets of 2, 4 and 8 emulated H200s, five seeds, in virtual time (about five minutes on 2 cores).
+# Every strategy on fleets of 2, 4 and 8 emulated H200s, five seeds, in virtual time (about seven minutes on 2 cores).
 evaluate: $(STAMP)
 	$(BIN)/draftgate evaluate
+
+# The plan against the verdict across fleet sizes, latency targets and traffic mixes, two seeds each (docs/plan.md).
+evaluate-grid: $(STAMP)
+	$(BIN)/draftgate evaluate --grid
 
 # Heavy measurements, not part of `make test`: each prints figures beside a baseline.
 bench: $(STAMP)

@@ -42,7 +42,7 @@ def _law_view_of_physics(physics: EngineProfile, batch: int, context: int = 200)
     return plain, (round_ / plain - 1) / 8
 
 
-@pytest.mark.parametrize("profile_seed", [101, 202])
+@pytest.mark.parametrize("profile_seed", [101])
 def test_calibration_recovers_the_emulators_parameters(profile_seed: int, tmp_path: Path) -> None:
     with emulator(profile_seed, True, profile_seed=profile_seed, time_scale=SCALE) as on, \
             emulator(profile_seed, False, profile_seed=profile_seed, time_scale=SCALE) as off:

@@ -20,6 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+import pytest
 import yaml
 
 from draftgate.emulator.profile import EngineProfile
@@ -28,7 +29,7 @@ from draftgate.evaluate.fleet import Fleet, PoolSpec
 from draftgate.evaluate.replay import replay
 from draftgate.evaluate.requests import Bank
 from draftgate.evaluate.simulation import Simulation, proxy_settings
-from draftgate.evaluate.strategies import FIXED, GATE, GATE_SPLIT
+from draftgate.evaluate.strategies import FIXED, GATE, GATE_SPLIT, dynamic_pool
 from draftgate.evaluate.traffic import OpenLoop, Schedule
 from draftgate.policy.calibration import Calibration
 from draftgate.servers import ServerProcess, free_port
@@ -69,7 +70,10 @@ def test_the_verdict_is_the_same_json_on_every_run_even_beside_a_busy_processor(
             assert rate["busy_gpu_ms_per_token"] <= rate["provisioned_gpu_ms_per_token"] * 1.001, name
         assert entry["burst"]["requests"] == 8 and set(entry["cost_by_kind"]) <= set(mix.KINDS)
     gate = strategies[GATE]
-    assert gate["predicted_capacity_rps_per_gpu"] > 0
+    predicted = gate["plan_predicted_capacity_rps_per_gpu"]
+    assert 0 < predicted["min"] <= predicted["mean"] <= predicted["max"] and len(predicted["by_seed"]) == 2
+    for error, p, c in zip(gate["plan_error_by_seed"], predicted["by_seed"], gate["capacity_rps_per_gpu"]["by_seed"]):
+        assert error == pytest.approx(p / c - 1, abs=0.01)
     for kind, routes in gate["routes_by_kind"].items():
         assert set(routes) <= set(gate["composition"]) and abs(sum(routes.values()) - 1) < 0.01, kind
     # objective cost: a fleet planned for each light rate, run at it, beside the cheapest homogeneous one
@@ -149,6 +153,9 @@ def test_ctrl_c_stops_the_demo_and_every_process_it_started(tmp_path: Path) -> N
 
 def test_bad_input_is_one_line_and_exit_status_2(tmp_path: Path) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
+    broken, empty = tmp_path / "broken.jsonl", tmp_path / "empty.jsonl"
+    broken.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n{"request": \n')
+    empty.write_text("\n\n")
     cases = {"--gpus 0": ["--gpus", "0"],
              "a fleet its requests cannot load": ["--gpus", "64", "--requests", "800"],
              "targets nothing meets": ["--tpot-target-ms", "1", "--ttft-target-ms", "10"],
@@ -157,7 +164,13 @@ def test_bad_input_is_one_line_and_exit_status_2(tmp_path: Path) -> None:
              "a bad rate": ["--rates", "1,x"],
              "an unknown GPU": ["--gpu", "A1"],
              "a target that does not fit one GPU": ["--model", "meta-llama/Llama-3.1-70B-Instruct"],
-             "a profile that is not a file": ["--profile", str(tmp_path / "missing.yaml")]}
+             "a profile that is not a file": ["--profile", str(tmp_path / "missing.yaml")],
+             "a mix with an unknown kind": ["--mix", "tool_call=4,gossip=1"],
+             "a mix weight that is not a number": ["--mix", "chat=lots"],
+             "a mix that weighs nothing": ["--mix", "chat=0,reasoning=0"],
+             "a traffic file with a broken line": ["--traffic", str(broken)],
+             "a traffic file with no request": ["--traffic", str(empty)],
+             "a traffic file that is not there": ["--traffic", str(tmp_path / "missing.jsonl")]}
     for case, argv in cases.items():
         done = evaluate(*argv, timeout=300)
         assert done.returncode == 2, (case, done.stderr[-2000:])
@@ -192,6 +205,11 @@ def test_a_fleet_is_run_once_however_many_strategies_name_it() -> None:
     assert same_as(best_split, [gate]) == GATE and same_as(by_cost, [gate, best_split]) == GATE
     assert same_as(rerouted, [gate]) is None  # the same GPUs, routed otherwise: its own runs
     assert same_as(Unit(1, 4, "always EAGLE-3 K=3", Fleet((eagle,)).resized(4), cal, False), [gate]) is None
+    # the plan may recommend vLLM's dynamic K on every GPU: the dynamic K strategy's runs
+    table = ((1, 8, 4), (9, 1024, 0))
+    dynamic = Unit(1, 4, "dynamic K", Fleet((dynamic_pool(table, 4),)), cal, False)
+    assert same_as(Unit(1, 4, GATE, Fleet((dynamic_pool(table, 4),)), cal, True), [dynamic]) == "dynamic K"
+    assert same_as(Unit(1, 2, GATE, Fleet((dynamic_pool(table, 2),)), cal, True), [dynamic]) is None
 
 
 def test_the_simulated_gate_routes_as_the_proxy_does_over_http(tmp_path: Path) -> None:

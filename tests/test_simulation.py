@@ -108,7 +108,7 @@ def test_capacity_is_found_where_attainment_crosses_the_threshold() -> None:
 def test_calibration_in_simulation_fits_every_pool_and_a_lookups_own_copy_coefficients() -> None:
     bank = Bank(EngineProfile.random(7), 7)
     pools = [PoolSpec("draft", 1, "draft_model", 4), PoolSpec("ngram", 1, "ngram", 4, (2, 4))]
-    fit = calibrate(bank, pools, calibration_arms(), 3, (1, 8), 1024)
+    fit = calibrate(bank, pools, calibration_arms(), 3, (1, 8), 1024).fit
     cal = fit.calibration
     assert cal.source == "measured" and set(cal.pools) == {"draft", "ngram"}
     assert cal.pools["draft"].draft_cost > 0 and cal.pools["ngram"].draft_cost == 0

@@ -25,14 +25,14 @@ import json
 import os
 import statistics
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from draftgate.emulator.profile import EngineProfile
-from draftgate.evaluate import verdict
+from draftgate.evaluate import trial, verdict
 from draftgate.evaluate.calibration import calibrate
 from draftgate.evaluate.capacity import ATTAINMENT, DRAIN_LIMIT_SECONDS, Capacity, Point, point, schedule_for, search
 from draftgate.evaluate.fleet import Fleet
@@ -64,6 +64,7 @@ CALIBRATION_LOADS = (1, 8, 32)
 PLAN_TRAFFIC_RATE = 0.5  # per GPU: the calibration split replayed lightly, for the plan to read
 TABLE_RATES = (1.0, 2.0, 4.0)  # per GPU, choosing the dynamic-K table
 SPLIT_FROM_GPUS = 4  # fleet sizes from which the best split is run beside the gate's fleet
+TRIAL_SHARE = 2  # the plan's trials measure this much fewer requests a run than the verdict's
 COST_RATES_UP_TO = 2.0  # per GPU: the grid's rates up to here (below the best fleets' capacity) weigh objective cost
 
 
@@ -83,6 +84,16 @@ class Options:
     hardware: str = ""  # ``hardware_key``: "" for the default profile drawn from each seed
     # GPUs a replica: fleet sizes (``gpus``) and ``rates`` are then in replicas, and the summary in GPUs
     tensor_parallel_size: int = 1
+    mix: tuple[tuple[str, float], ...] = ()  # weights by kind (``mix.parse_mix``); () for the traffic's own
+    traffic: str = ""  # a traffic file (``workloads.traffic_file``) replayed instead of the built-in data
+    # besides the gate: the best split the plan tried, and the fleets it plans for objective cost (an
+    # accuracy grid leaves them out)
+    extras: bool = True
+
+    @property
+    def shared(self) -> dict[str, Any]:
+        """What every unit of the verdict runs on: the hardware and the traffic (``Unit``'s fields)."""
+        return {"hardware": self.hardware, "mix": self.mix, "traffic": self.traffic}
 
     def per_replica(self, per_gpu: float) -> float:
         """A rate (or count) a GPU, as the runs count it: a replica's."""
@@ -97,7 +108,7 @@ class SeedSetup:
     calibration: Calibration
     dynamic_table: tuple[tuple[int, int, int], ...]
     compositions: dict[int, plans.Composition]  # fleet size -> the gate's composition
-    splits: dict[int, plans.Composition]  # fleet size -> the best composition of more than one pool
+    splits: dict[int, plans.Composition]  # fleet size -> the best composition of more than one pool tried
     by_cost: dict[tuple[int, float], plans.Composition]  # (fleet size, rate per GPU) -> objective cost's choice
 
 
@@ -114,6 +125,12 @@ class Unit:
     routing: tuple[tuple[str, str], ...] = ()  # the gate's: kind -> pool, as its plan recommends
     rate: float | None = None  # per GPU: the one rate run, for a fleet planned for that rate (objective cost)
     hardware: str = ""  # the profile the seed's engines run (``hardware_key``)
+    mix: tuple[tuple[str, float], ...] = ()  # the traffic's weights by kind (``Options.mix``)
+    traffic: str = ""  # ``Options.traffic``
+
+    @property
+    def weights(self) -> Mapping[str, float]:
+        return mix.weights_for(dict(self.mix), self.traffic)
 
 
 @dataclass
@@ -159,7 +176,8 @@ def simulate(unit: Unit, rate: float, requests: int, targets: Targets, split: mi
     bank = bank_of(unit.seed, unit.hardware)
     schedule = schedule_for(rate, requests)
     sim = Simulation(unit.fleet, bank, _settings(unit, targets), unit.calibration, unit.seed, MAX_NUM_SEQS)
-    traffic = OpenLoop(mix.stream(split, unit.seed), bank, rate, mix.requests_per_item(split), schedule, unit.seed)
+    traffic = OpenLoop(mix.stream(split, unit.seed, unit.weights, unit.traffic), bank, rate,
+                       mix.requests_per_item(split, unit.weights, unit.traffic), schedule, unit.seed)
     return sim.run(traffic, schedule.measured, schedule.arrivals_end + DRAIN_LIMIT_SECONDS)
 
 
@@ -216,7 +234,10 @@ def _burst(unit: Unit, options: Options) -> Point:
     """Tool calls and chat turns, ``burst`` a GPU, all at once."""
     bank = bank_of(unit.seed, unit.hardware)
     count = round(options.per_replica(options.burst)) * unit.gpus
-    singles = [i for i in mix.sample("verdict", count * 3, unit.seed * 1000 + 999) if i.kind in ("tool call", "chat")]
+    drawn = mix.sample("verdict", count * 3, unit.seed * 1000 + 999, unit.weights, unit.traffic)
+    singles = [i for i in drawn if i.kind in ("tool call", "chat")]
+    if len(singles) < count:  # a mix with few of those: its own one-request items
+        singles = [i for i in drawn if len(i.requests) == 1]
     traffic = Burst(singles[:count], bank)
     sim = Simulation(unit.fleet, bank, _settings(unit, options.targets), unit.calibration, unit.seed, MAX_NUM_SEQS)
     run = sim.run(traffic, (0.0, float("inf")), DRAIN_LIMIT_SECONDS * 4)
@@ -228,39 +249,74 @@ def _burst(unit: Unit, options: Options) -> Point:
 
 
 def setup_seed(seed: int, options: Options) -> SeedSetup:
-    """The gate's calibration, the dynamic-K table and the gate's compositions, from the calibration split."""
+    """The gate's calibration, the dynamic-K table and the gate's compositions, from the calibration split:
+    the plan's model ranks every composition, and its shortlist is tried in simulation on the profile
+    calibration fitted (``trial``), each composition then carrying the capacity its trial measured."""
     bank = bank_of(seed, options.hardware)
     spec_pools = [p for p in FIXED.values() if p.speculative]
-    fit = calibrate(bank, spec_pools, calibration_arms(), CALIBRATION_REQUESTS, CALIBRATION_LOADS, MAX_NUM_SEQS)
-    calibration = fit.calibration
+    calibrated = calibrate(bank, spec_pools, calibration_arms(), CALIBRATION_REQUESTS, CALIBRATION_LOADS,
+                           MAX_NUM_SEQS, base_profile(options.hardware))
+    calibration = calibrated.fit.calibration
+    fitted = hardware_key(calibrated.hardware.as_file(), drawn=False)
     table = _best_table(seed, calibration, options)
-    traffic = plan_traffic(seed, calibration, options.requests, options.hardware)
-    choices = candidates(MAX_NUM_SEQS, MAX_NUM_BATCHED_TOKENS)
+    traffic = plan_traffic(seed, calibration, options)
+    choices = candidates(MAX_NUM_SEQS, MAX_NUM_BATCHED_TOKENS, table)
     target = plans.Targets(options.targets.ttft, options.targets.tpot, 0.99)
-    recommended = {n: plans.recommend(traffic, calibration, n, choices, target) for n in options.gpus}
-    splits = {n: split for n, r in recommended.items() if n >= SPLIT_FROM_GPUS
-              and (split := next((o for o in r.options if not o.homogeneous), None)) is not None}
+    chosen = {}
+    for n in options.gpus:
+        tried = functools.partial(_tried_capacity, seed, n, calibration, fitted, options)
+        chosen[n] = trial.choose(plans.recommend(traffic, calibration, n, choices, target), tried)
+    splits = {n: max((t for t in c.tried if not t.composition.homogeneous), key=lambda t: t.capacity)
+              for n, c in chosen.items() if options.extras and n >= SPLIT_FROM_GPUS
+              and any(not t.composition.homogeneous for t in c.tried)}
     by_cost = {(n, rate): plans.recommend(plans.Traffic(rate * n, traffic.kinds), calibration, n, choices, target,
                                           objective="cost").best
                for n in options.gpus for rate in cost_rates(options)}
-    return SeedSetup(seed, calibration, table, {n: r.best for n, r in recommended.items()}, splits, by_cost)
+    return SeedSetup(seed, calibration, table, {n: c.best for n, c in chosen.items()},
+                     {n: dataclasses.replace(t.composition, capacity=t.capacity) for n, t in splits.items()},
+                     by_cost)
+
+
+def base_profile(hardware: str) -> EngineProfile:
+    """What the plan knows of the hardware before calibration: the catalogue's GPU and target (or the
+    operator's profile file), none of a seed's draws."""
+    return EngineProfile.from_mapping(json.loads(hardware)["profile"]) if hardware else EngineProfile()
+
+
+def _tried_capacity(seed: int, gpus: int, calibration: Calibration, fitted: str, options: Options,
+                    composition: plans.Composition) -> float:
+    """``composition``'s capacity on ``gpus``, simulated on the calibration split with the ``fitted``
+    profile (``hardware_key``) behind the gate, searched around what the plan's model predicted."""
+    fleet, routing = fleet_of(composition)
+    unit = Unit(seed, gpus, "trial", fleet, calibration_for(fleet, calibration), True, tuple(sorted(routing.items())),
+                **{**options.shared, "hardware": fitted})
+
+    def measure(rate: float) -> Point:
+        run_ = simulate(unit, rate, options.requests // TRIAL_SHARE, options.targets, "calibration")
+        return point(run_, rate, options.targets)
+
+    return trial.search_around(measure, composition.capacity)
 
 
 def cost_rates(options: Options) -> tuple[float, ...]:
-    """The rates per GPU at which the plan's fleet for objective cost is run."""
+    """The rates per GPU at which the plan's fleet for objective cost is run (none without ``extras``)."""
+    if not options.extras:
+        return ()
     return tuple(r for r in options.rates if r <= options.per_replica(COST_RATES_UP_TO))
 
 
-def plan_traffic(seed: int, calibration: Calibration, requests: int, hardware: str = "") -> plans.Traffic:
-    """The calibration split as the gate's proxy sees it: ``requests`` of it replayed lightly through one
-    plain GPU, and read from the proxy's own traffic window, as ``draftgate plan`` reads a running proxy's."""
+def plan_traffic(seed: int, calibration: Calibration, options: Options) -> plans.Traffic:
+    """The calibration split as the gate's proxy sees it: ``options.requests`` of it replayed lightly
+    through one plain GPU, and read from the proxy's own traffic window, as ``draftgate plan`` reads a
+    running proxy's."""
     fleet = Fleet((FIXED["always off"],))
-    unit = Unit(seed, 1, "plan", fleet, calibration, True, hardware=hardware)
-    bank = bank_of(seed, hardware)
-    schedule = Schedule(10.0, requests / PLAN_TRAFFIC_RATE, 0.0)
+    unit = Unit(seed, 1, "plan", fleet, calibration, True, **options.shared)
+    bank = bank_of(seed, options.hardware)
+    schedule = Schedule(10.0, options.requests / PLAN_TRAFFIC_RATE, 0.0)
     sim = Simulation(fleet, bank, _settings(unit, Targets()), calibration, seed, MAX_NUM_SEQS)
-    per_item = mix.requests_per_item("calibration")
-    sim.run(OpenLoop(mix.stream("calibration", seed), bank, PLAN_TRAFFIC_RATE, per_item, schedule, seed),
+    per_item = mix.requests_per_item("calibration", unit.weights, unit.traffic)
+    sim.run(OpenLoop(mix.stream("calibration", seed, unit.weights, unit.traffic), bank, PLAN_TRAFFIC_RATE, per_item,
+                     schedule, seed),
             schedule.measured, schedule.arrivals_end + DRAIN_LIMIT_SECONDS)
     traffic = sim.planner.traffic.traffic(sim.now)
     assert traffic is not None
@@ -272,7 +328,7 @@ def _best_table(seed: int, calibration: Calibration, options: Options) -> tuple[
     split, over rates around where fleets reach their capacity (``TABLE_RATES``)."""
     best, best_share = DYNAMIC_TABLES[0], -1.0
     for table in DYNAMIC_TABLES:
-        unit = Unit(seed, 1, DYNAMIC, Fleet((dynamic_pool(table),)), calibration, False, hardware=options.hardware)
+        unit = Unit(seed, 1, DYNAMIC, Fleet((dynamic_pool(table),)), calibration, False, **options.shared)
         share = statistics.fmean(point(simulate(unit, rate, options.requests // 2, options.targets, "calibration"),
                                        rate, options.targets).attainment
                                  for rate in map(options.per_replica, TABLE_RATES))
@@ -286,7 +342,7 @@ def meetable(options: Options, requests: int = 200) -> bool:
     does, the verdict would be every capacity 0, minutes later."""
     lightest = min(options.rates)
     for pool in FIXED.values():
-        unit = Unit(options.first_seed, 1, "", Fleet((pool,)), Calibration(), False, hardware=options.hardware)
+        unit = Unit(options.first_seed, 1, "", Fleet((pool,)), Calibration(), False, **options.shared)
         run_ = simulate(unit, lightest, requests, options.targets)
         if point(run_, lightest, options.targets).attainment >= ATTAINMENT:
             return True
@@ -308,31 +364,34 @@ def units(setup: SeedSetup, options: Options) -> Iterator[Unit]:
     for gpus in options.gpus:
         for name, pool in FIXED.items():
             yield Unit(setup.seed, gpus, name, Fleet((pool,)).resized(gpus), setup.calibration, False,
-                       hardware=options.hardware)
+                       **options.shared)
         yield Unit(setup.seed, gpus, DYNAMIC, Fleet((dynamic_pool(setup.dynamic_table, gpus),)),
-                   setup.calibration, False, hardware=options.hardware)
+                   setup.calibration, False, **options.shared)
         gated = [(GATE, setup.compositions[gpus])]
         if gpus in setup.splits:
             gated.append((GATE_SPLIT, setup.splits[gpus]))
         for name, composition in gated:
             fleet, routing = fleet_of(composition)
             yield Unit(setup.seed, gpus, name, fleet, calibration_for(fleet, setup.calibration), True,
-                       tuple(sorted(routing.items())), hardware=options.hardware)
+                       tuple(sorted(routing.items())), **options.shared)
         for rate in cost_rates(options):
             fleet, routing = fleet_of(setup.by_cost[(gpus, rate)])
             yield Unit(setup.seed, gpus, GATE_COST, fleet, calibration_for(fleet, setup.calibration), True,
-                       tuple(sorted(routing.items())), rate, options.hardware)
+                       tuple(sorted(routing.items())), rate, **options.shared)
 
 
 def same_as(unit: Unit, others: Sequence[Unit]) -> str | None:
-    """The strategy whose runs a gate's are, among ``others`` of its seed: a fixed strategy's, when its fleet
-    is that strategy's one configuration (with one pool the gate routes every request to it, through the
-    same proxy on the same seed); else an earlier gate's with the same fleet and routing."""
+    """The strategy whose runs a gate's are, among ``others`` of its seed: a homogeneous strategy's on the
+    same GPUs, when its fleet is that strategy's one configuration (with one pool the gate routes every
+    request to it, through the same proxy on the same seed); else an earlier gate's with the same fleet and
+    routing."""
     if not unit.gated:
         return None
     if len(unit.fleet.pools) == 1:
         pool = unit.fleet.pools[0]
-        return next((name for name, fixed in FIXED.items() if fixed.signature == pool.signature), None)
+        named = next((name for name, fixed in FIXED.items() if fixed.signature == pool.signature), None)
+        return named or next((other.strategy for other in others if not other.gated and other.gpus == unit.gpus
+                              and other.fleet.pools[0].signature == pool.signature), None)
     return next((other.strategy for other in others
                  if other is not unit and other.gated and other.rate is None and other.gpus == unit.gpus
                  and other.fleet == unit.fleet and other.routing == unit.routing), None)

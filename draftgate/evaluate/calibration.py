@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from draftgate.calibrate import protocol
+from draftgate.calibrate.hardware_fit import HardwareFit, fit_hardware
 from draftgate.calibrate.runner import Record, prepare, read_whole_answer, settle
 from draftgate.emulator import wire
 from draftgate.emulator.engine import Sequence
+from draftgate.emulator.profile import EngineProfile
 from draftgate.evaluate.fleet import Fleet, PoolSpec
 from draftgate.evaluate.requests import Bank, Prepared
 from draftgate.evaluate.simulation import Served, Simulation, proxy_settings
@@ -31,9 +33,19 @@ ARMS = ("A", "B", "C", "D")
 OFF = "spec-off"
 
 
+@dataclass(frozen=True)
+class Calibrated:
+    """What calibration learned of the pools: the gate's fit, and the engine profile fitted from the
+    same runs (``calibrate.hardware_fit``), from which the plan simulates the fleets it weighs."""
+
+    fit: protocol.Fit
+    hardware: HardwareFit
+
+
 def calibrate(bank: Bank, pools: list[PoolSpec], arms: dict[str, list[dict[str, Any]]], requests: int,
-              concurrency: tuple[int, ...], max_num_seqs: int) -> protocol.Fit:
-    """Fit a calibration of every speculating pool in ``pools`` against a plain server, from ``arms``."""
+              concurrency: tuple[int, ...], max_num_seqs: int, base: EngineProfile | None = None) -> Calibrated:
+    """Fit a calibration of every speculating pool in ``pools`` against a plain server, from ``arms``;
+    and ``base`` (the catalogue's GPU and target, the default profile when None) fitted to the same runs."""
     spec = [protocol.Pool(p.name, f"sim://{p.name}", p.depth, p.method or "draft_model") for p in pools
             if p.speculative]
     plan = protocol.Plan(MODEL, spec, protocol.Pool(OFF, f"sim://{OFF}", 0), list(ARMS), list(concurrency),
@@ -46,7 +58,8 @@ def calibrate(bank: Bank, pools: list[PoolSpec], arms: dict[str, list[dict[str, 
         return _batch(bank, servers[pool.name], bodies, template, model, max_num_seqs)
 
     state = protocol.execute(plan, None, batch=batch)
-    return protocol.fit(plan, state, 0.6)
+    fit = protocol.fit(plan, state, 0.6)
+    return Calibrated(fit, fit_hardware(plan, state, fit, base or EngineProfile()))
 
 
 def _batch(bank: Bank, server: PoolSpec, bodies: list[dict[str, Any]], template: Record, model: str,

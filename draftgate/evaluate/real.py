@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,10 +62,13 @@ def real_pools(spec_on: dict[int, str], spec_off: str | None, ngram: str | None,
 
 
 def run(given: RealPools, rates: tuple[float, ...], requests: int, targets: Targets, seed: int, out: Path,
-        say: Callable[[str], None]) -> dict[str, Any]:
-    """Every given pool alone and the gate in front of them all, at each rate per GPU."""
-    items = list(itertools.islice(mix.stream("verdict", seed), 100_000))
-    per_item = mix.requests_per_item("verdict")
+        say: Callable[[str], None], weights: Mapping[str, float] | None = None, traffic: str = "") -> dict[str, Any]:
+    """Every given pool alone and the gate in front of them all, at each rate per GPU, under the
+    verdict split (of the built-in data, or of the ``traffic`` file) drawn by ``weights`` (when None,
+    the built-in mix, or the file's own)."""
+    weights = mix.weights_for(weights, traffic)
+    items = list(itertools.islice(mix.stream("verdict", seed, weights, traffic), 100_000))
+    per_item = mix.requests_per_item("verdict", weights, traffic)
     results: dict[str, tuple[int, dict[str, int], Capacity]] = {}
     with contextlib.ExitStack() as stack:
         endpoints = {name: (url, 1, {pool.name: 1}) for name, (pool, url) in given.pools.items()}

@@ -37,14 +37,15 @@ def dynamic_pool(table: tuple[tuple[int, int, int], ...], gpus: int = 1) -> Pool
     return PoolSpec("dynamic-k", gpus, "draft_model", max(k for _, _, k in table), dynamic=table)
 
 
-def candidates(max_num_seqs: int, max_num_batched_tokens: int) -> tuple[Candidate, ...]:
-    """What the gate's plan chooses among: every fixed configuration (named as its pool)."""
+def candidates(max_num_seqs: int, max_num_batched_tokens: int,
+               dynamic_table: tuple[tuple[int, int, int], ...] = ()) -> tuple[Candidate, ...]:
+    """What the gate's plan chooses among: every fixed configuration (named as its pool), and vLLM's
+    dynamic K with ``dynamic_table`` when given."""
     common = {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens}
-    out = []
-    for pool in FIXED.values():
-        out.append(Candidate(pool.name, pool.method, pool.depth, pool.lookup or (5, 5),
-                             draft_prefill_ratio=0.15 if pool.method == "draft_model" else 0.0, **common))
-    return tuple(out)
+    pools = [*FIXED.values(), *([dynamic_pool(dynamic_table)] if dynamic_table else [])]
+    return tuple(Candidate(pool.name, pool.method, pool.depth, pool.lookup or (5, 5), pool.dynamic,
+                           draft_prefill_ratio=0.15 if pool.method == "draft_model" else 0.0, **common)
+                 for pool in pools)
 
 
 def fleet_of(composition: Composition) -> tuple[Fleet, dict[str, str]]:

@@ -51,6 +51,12 @@ def _rate(points: Sequence[Point], gpus: int) -> dict[str, Any]:
     }
 
 
+def _spread(values: Sequence[float]) -> dict[str, Any]:
+    """Figures over seeds: mean, min, max and each seed's, in seed order."""
+    return {"mean": round(statistics.fmean(values), 4), "min": round(min(values), 4),
+            "max": round(max(values), 4), "by_seed": [round(v, 4) for v in values]}
+
+
 def summary(results: Sequence[UnitResult], setups: Sequence[SeedSetup], targets: Targets, seeds: Sequence[int],
             rates: Sequence[float]) -> dict[str, Any]:
     """The ``--json`` object: ``targets``, ``seeds``, and ``fleets`` -> size -> ``strategies`` -> name ->
@@ -71,9 +77,7 @@ def summary(results: Sequence[UnitResult], setups: Sequence[SeedSetup], targets:
         entry: dict[str, Any] = {
             "gpus": gpus,
             "composition": dict(common),
-            "capacity_rps_per_gpu": {"mean": round(statistics.fmean(capacities), 4),
-                                     "min": round(min(capacities), 4), "max": round(max(capacities), 4),
-                                     "by_seed": [round(c, 4) for c in capacities]},
+            "capacity_rps_per_gpu": _spread(capacities),
             "capacity_bounded": all(r.capacity.bounded for r in found),
             "rates": [],
         }
@@ -91,8 +95,11 @@ def summary(results: Sequence[UnitResult], setups: Sequence[SeedSetup], targets:
         if name.startswith(GATE):
             entry["routes_by_kind"] = {k: _mean_shares([r.routes.get(k, {}) for r in found]) for k in kinds}
             plans = [predicted.get((r.unit.seed, gpus, name)) for r in found]
-            entry["predicted_capacity_rps_per_gpu"] = round(statistics.fmean(
-                p.capacity / gpus for p in plans if p is not None), 4)
+            forecast = [p.capacity / gpus for p in plans if p is not None]
+            entry["plan_predicted_capacity_rps_per_gpu"] = _spread(forecast)
+            # the plan's error seed by seed: its prediction against what the verdict measured
+            entry["plan_error_by_seed"] = [round(p.capacity / gpus / c - 1, 4) if p is not None and c > 0 else None
+                                           for p, c in zip(plans, capacities)]
             entry["plan"] = Counter(p.name for p in plans if p is not None).most_common(1)[0][0]
         same = {r.same_as for r in found}
         if same != {None}:
@@ -118,7 +125,7 @@ def in_gpus(summary_: dict[str, Any], tensor_parallel_size: int) -> dict[str, An
     tp = tensor_parallel_size
     if tp == 1:
         return summary_
-    per_gpu = ("rps_per_gpu", "predicted_capacity_rps_per_gpu")
+    per_gpu = ("rps_per_gpu",)
     gpu_time = ("busy_gpu_ms_per_token", "provisioned_gpu_ms_per_token", "predicted_busy_gpu_ms_per_token",
                 "cheapest_homogeneous_busy_gpu_ms_per_token")
 
@@ -147,9 +154,10 @@ def in_gpus(summary_: dict[str, Any], tensor_parallel_size: int) -> dict[str, An
             if "compositions_by_seed" in entry:
                 entry["compositions_by_seed"] = {seed: {pool: n * tp for pool, n in c.items()}
                                                  for seed, c in entry["compositions_by_seed"].items()}
-            capacity = entry["capacity_rps_per_gpu"]
-            entry["capacity_rps_per_gpu"] = {k: ([round(v / tp, 4) for v in capacity[k]] if k == "by_seed"
-                                                 else round(capacity[k] / tp, 4)) for k in capacity}
+            for key in ("capacity_rps_per_gpu", "plan_predicted_capacity_rps_per_gpu"):
+                if key in entry:
+                    entry[key] = {k: ([round(v / tp, 4) for v in spread] if k == "by_seed" else round(spread / tp, 4))
+                                  for k, spread in entry[key].items()}
             entry["rates"] = [scaled(r) for r in entry["rates"]]
             if "burst" in entry:
                 entry["burst"] = scaled(entry["burst"])
@@ -239,7 +247,8 @@ def capacity_table(summary_: dict[str, Any]) -> str:
         if gate is not None:
             lines.append(f"  the gate's fleet on {size} GPUs: " + ", ".join(
                 f"{pool} x{n}" for pool, n in gate["composition"].items())
-                + f" (its plan predicted {gate['predicted_capacity_rps_per_gpu']:.2f} per GPU)")
+                + f" (its plan predicted {gate['plan_predicted_capacity_rps_per_gpu']['mean']:.2f} per GPU, "
+                f"measured {gate['capacity_rps_per_gpu']['mean']:.2f}; {_errors(gate)})")
     return "\n".join(lines)
 
 
@@ -300,6 +309,14 @@ def cost_table(summary_: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _errors(gate: dict[str, Any]) -> str:
+    """The plan's error seed by seed, as the capacity table prints it."""
+    errors = [e for e in gate.get("plan_error_by_seed", []) if e is not None]
+    if not errors:
+        return "no seed measured"
+    return "error " + ", ".join(f"{e:+.0%}" for e in errors) + " seed by seed"
+
+
 def findings(summary_: dict[str, Any]) -> list[str]:
     """Plain sentences: at each fleet size, where the gate's fleet stands against the best homogeneous one."""
     out = []
@@ -328,7 +345,7 @@ def findings(summary_: dict[str, Any]) -> list[str]:
             s_ = split["capacity_rps_per_gpu"]
             out.append(f"  The best split its plan found ({split['plan']}), run: {s_['mean']:.2f} requests a second "
                        f"per GPU, {s_['mean'] / b['mean'] - 1:+.1%} against {best_name} (predicted "
-                       f"{split['predicted_capacity_rps_per_gpu']:.2f}).")
+                       f"{split['plan_predicted_capacity_rps_per_gpu']['mean']:.2f}).")
         worse = [r["rps_per_gpu"] for r, o in zip(gate["rates"], best["rates"])
                  if r["rps_per_gpu"] * int(size) <= g["mean"] * int(size) and r["tpot_p99_ms"] is not None
                  and o["tpot_p99_ms"] is not None and r["tpot_p99_ms"] > o["tpot_p99_ms"] * 1.05]

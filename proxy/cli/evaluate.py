@@ -9,22 +9,33 @@ from typing import TYPE_CHECKING
 from draftgate.cli_error import CliError
 
 if TYPE_CHECKING:
+    from draftgate.evaluate.bench import Options
     from draftgate.evaluate.simulation import Targets
 
 MIN_REQUESTS_PER_GPU = 50  # a run that brings each GPU fewer requests never loads it
+REQUESTS_PER_GPU = 75  # measured per run by default, for each GPU of the largest fleet (600 at least)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, default=5, help="emulated hardware and traffic draws (default 5)")
-    parser.add_argument("--gpus", default="2,4,8", help="fleet sizes, comma-separated (default 2,4,8)")
+    parser.add_argument("--gpus", help="fleet sizes, comma-separated (default 2,4,8; with --grid 1,4,16)")
     parser.add_argument("--rates", default=None, help="arrival rates per GPU, requests a second, comma-separated "
                                                       "(default 0.5,1,2,4,8: light to past saturation)")
-    parser.add_argument("--ttft-target-ms", type=float, default=2000.0, help="p99 time to first token (default 2000)")
-    parser.add_argument("--tpot-target-ms", type=float, default=50.0, help="p99 time per output token (default 50)")
-    parser.add_argument("--requests", type=int, default=600, help="requests measured per run (default 600)")
+    parser.add_argument("--ttft-target-ms", type=float, help="p99 time to first token (default 2000)")
+    parser.add_argument("--tpot-target-ms", type=float, help="p99 time per output token (default 50)")
+    parser.add_argument("--requests", type=int, help="requests measured per run (default 600, or more for a large "
+                        f"fleet: {REQUESTS_PER_GPU} for each GPU of the largest)")
     parser.add_argument("--burst", type=int, default=64, help="requests per GPU of the burst; 0 leaves it out")
     parser.add_argument("--workers", type=int, default=0, help="processes running the simulations (default: "
                                                                 "one per core); the figures do not depend on it")
+    parser.add_argument("--mix", metavar="KIND=WEIGHT,...", help="the traffic: weights over the kinds tool_call, "
+                        "agent_session, chat, reasoning, conversation; a kind not named weighs 0 (default "
+                        "tool_call=4,agent_session=2,chat=2,reasoning=1,conversation=1)")
+    parser.add_argument("--traffic", metavar="FILE", help="emulated: your own requests to replay instead of the "
+                        "built-in data, JSON lines (docs/traffic.md), in their own mix unless --mix says otherwise")
+    parser.add_argument("--grid", action="store_true", help="emulated: the plan against the verdict across the "
+                        "operating space: fleet sizes x interactive, relaxed and throughput targets x the agent-, "
+                        "chat- and reasoning-heavy mixes (or --traffic's own), two seeds each (docs/plan.md)")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     parser.add_argument("--out", default="evaluate-output", help="where verdict.json and the figure go")
     parser.add_argument("--spec-on", action="append", default=[], metavar="[K=]URL",
@@ -55,11 +66,14 @@ def _numbers(text: str, name: str, kind: type) -> list:
 def run(args: argparse.Namespace) -> int:
     import httpx
 
+    from draftgate.evaluate import grid
     from draftgate.evaluate.replay import ReplayError
     from draftgate.evaluate.simulation import Targets
     from draftgate.servers import ServerStartError
+    from draftgate.workloads import mix
+    from draftgate.workloads.traffic_file import TrafficFileError
 
-    gpus = _numbers(args.gpus, "gpus", int)
+    gpus = _numbers(args.gpus, "gpus", int) if args.gpus else list(grid.SIZES if args.grid else (2, 4, 8))
     if min(gpus) < 1:
         raise CliError(f"--gpus takes fleet sizes of 1 GPU or more, got {args.gpus!r}")
     rates = _numbers(args.rates, "rates", float) if args.rates else None
@@ -67,12 +81,29 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--rates must all be above 0 requests a second")
     if args.seeds < 1 or args.burst < 0 or args.workers < 0:
         raise CliError("--seeds must be 1 or more, --burst and --workers 0 or more")
+    if args.grid and (args.mix is not None or args.ttft_target_ms is not None or args.tpot_target_ms is not None):
+        raise CliError("--grid sets its own targets and mixes: leave out --mix, --ttft-target-ms and --tpot-target-ms")
+    args.ttft_target_ms = 2000.0 if args.ttft_target_ms is None else args.ttft_target_ms
+    args.tpot_target_ms = 50.0 if args.tpot_target_ms is None else args.tpot_target_ms
     if args.ttft_target_ms <= 0 or args.tpot_target_ms <= 0:
         raise CliError("--ttft-target-ms and --tpot-target-ms must be above 0")
+    if args.requests is None:
+        args.requests = max(600, REQUESTS_PER_GPU * max(gpus))
     if args.requests < MIN_REQUESTS_PER_GPU * max(gpus):
         raise CliError(f"a fleet of {max(gpus)} GPUs needs --requests of at least {MIN_REQUESTS_PER_GPU * max(gpus)}: "
                        f"with {args.requests}, its GPUs are never loaded")
     targets = Targets(args.ttft_target_ms / 1000.0, args.tpot_target_ms / 1000.0)
+    try:
+        weights = mix.parse_mix(args.mix) if args.mix is not None else None
+    except mix.MixError as exc:
+        raise CliError(f"--mix: {exc}") from None
+    if args.traffic is not None:
+        try:  # read and split now: a file that cannot be replayed fails before minutes of work
+            drawn = mix.weights_for(weights, args.traffic)
+            for split in ("calibration", "verdict"):
+                next(mix.stream(split, 0, drawn, args.traffic))
+        except (TrafficFileError, mix.MixError) as exc:
+            raise CliError(f"--traffic: {exc}") from None
     spec_on: dict[int, str] = {}
     for given in args.spec_on:
         depth, _, url = given.rpartition("=") if "=" in given.split("://")[0] else ("8", "", given)
@@ -80,17 +111,20 @@ def run(args: argparse.Namespace) -> int:
             raise CliError(f"--spec-on takes URL or K=URL, got {given!r}")
         spec_on[int(depth)] = url.rstrip("/")
     real = [u for u in (args.spec_off, args.eagle3, args.ngram, args.dynamic_k) if u] + list(spec_on.values())
+    if real and args.grid:
+        raise CliError("--grid runs emulated fleets; against your own pools, run the verdict at each point")
     try:
         if real:
-            return _real(args, spec_on, rates, targets)
-        return _simulated(args, gpus, rates, targets)
+            return _real(args, spec_on, rates, targets, weights)
+        return _simulated(args, gpus, rates, targets, weights)
     except (ServerStartError, ReplayError) as exc:
         raise CliError(str(exc)) from None
     except httpx.HTTPError as exc:
         raise CliError(f"a pool could not be reached: {type(exc).__name__} {exc}") from None
 
 
-def _simulated(args: argparse.Namespace, gpus: list[int], rates: list[float] | None, targets: Targets) -> int:
+def _simulated(args: argparse.Namespace, gpus: list[int], rates: list[float] | None, targets: Targets,
+               weights: dict[str, float] | None) -> int:
     from draftgate.evaluate.bench import RATES_PER_GPU, Options, main, meetable
 
     hardware, tp = _hardware(args)
@@ -101,12 +135,35 @@ def _simulated(args: argparse.Namespace, gpus: list[int], rates: list[float] | N
     options = Options(seeds=args.seeds, gpus=tuple(n // tp for n in gpus),
                       rates=tuple(r * tp for r in rates or RATES_PER_GPU), targets=targets, requests=args.requests,
                       burst=args.burst, workers=args.workers, out=Path(args.out), as_json=args.json,
-                      hardware=hardware, tensor_parallel_size=tp)
+                      hardware=hardware, tensor_parallel_size=tp,
+                      mix=tuple(weights.items()) if weights else (), traffic=args.traffic or "")
+    if args.grid:
+        return _grid(options)
     if not meetable(options):
         raise CliError(f"no strategy holds p99 TTFT {args.ttft_target_ms:g} ms and TPOT {args.tpot_target_ms:g} ms "
                        f"for 99% of requests even at {min(options.rates) / tp:g} requests a second per GPU: "
                        "loosen the targets")
     return main(options)
+
+
+def _grid(options: Options) -> int:
+    import json
+    import sys
+
+    from draftgate.evaluate import grid
+
+    stream = sys.stderr if options.as_json else sys.stdout
+
+    def say(text: str) -> None:
+        print(text, file=stream, flush=True)
+
+    rows = grid.run(options, say)
+    options.out.mkdir(parents=True, exist_ok=True)
+    (options.out / "grid.json").write_text(json.dumps(rows, indent=2))
+    say("\n" + grid.table(rows))
+    if options.as_json:
+        print(json.dumps(rows, sort_keys=True))
+    return 0
 
 
 def _hardware(args: argparse.Namespace) -> tuple[str, int]:
@@ -129,7 +186,8 @@ def _hardware(args: argparse.Namespace) -> tuple[str, int]:
     return hardware_key(mapping, drawn=not args.profile), profile.tensor_parallel_size
 
 
-def _real(args: argparse.Namespace, spec_on: dict[int, str], rates: list[float] | None, targets: Targets) -> int:
+def _real(args: argparse.Namespace, spec_on: dict[int, str], rates: list[float] | None, targets: Targets,
+          weights: dict[str, float] | None) -> int:
     import json
     import sys
 
@@ -142,7 +200,8 @@ def _real(args: argparse.Namespace, spec_on: dict[int, str], rates: list[float] 
         print(text, file=stream, flush=True)
 
     say("draftgate evaluate: your pools, in wall time; each strategy is reported under the GPUs it uses")
-    summary = real.run(given, tuple(rates or real.RATES_PER_GPU), args.requests, targets, 1, Path(args.out), say)
+    summary = real.run(given, tuple(rates or real.RATES_PER_GPU), args.requests, targets, 1, Path(args.out), say,
+                       weights, args.traffic or "")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "verdict.json").write_text(json.dumps(summary, indent=2))

@@ -1,0 +1,108 @@
+"""The plan's most promising fleets tried in simulation before the gate commits to one.
+
+The plan's queueing model (``policy/fleet.py``) weighs every composition in
+milliseconds, but it is a model: where batches grow past what calibration
+measured it extrapolates, and it ranks fleets that differ by a few percent
+no better than it predicts them. So, as Vidur-Search does, the verdict's gate
+takes a shortlist from it (the best fleet of each configuration that comes
+near the best, and the best splits) and runs each in the same simulation the
+verdict uses: the calibration split of the traffic, on the engine profile
+calibration fitted (``calibrate.hardware_fit``). The plan knows the pools only
+from what calibration measured; the seed's own profile is never read.
+
+It recommends a split only where the split served more than the best single
+configuration by more than ``MARGIN``, and its prediction for the fleet it
+recommends is what the trial measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from draftgate.evaluate.capacity import Point, search
+from draftgate.policy.fleet import Composition, Recommendation
+
+NEAR_BEST = 0.6  # a configuration's best fleet is tried when the model puts it within this of the best
+SINGLES_TRIED = 6  # at most, the model's best first
+SPLITS_TRIED = 2  # the model's best splits tried beside the single configurations
+SEARCH_FACTORS = (0.5, 0.7, 0.85, 1.0, 1.2)  # the trial's rate grid, in multiples of the model's capacity
+WIDEN, WIDENINGS = 1.4, 6  # the grid grows by this factor where it did not bracket the capacity, so often at most
+# a split must serve this much more than the best single configuration in its trial. It is about the
+# trial's error against the verdict at 8 GPUs under interactive targets, where splits pay; elsewhere the
+# error is larger (docs/plan.md), and a margin that large would rule out those splits too
+MARGIN = 0.10
+
+
+@dataclass(frozen=True)
+class Tried:
+    composition: Composition  # its capacity the model's
+    capacity: float  # requests a second over the fleet, as the trial measured
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The fleet the gate runs, with the trial's measurement of it as its ``capacity``."""
+
+    best: Composition
+    best_homogeneous: Composition  # likewise, the best single configuration as tried
+    margin: float  # the gain over the best single configuration a split must show
+    tried: tuple[Tried, ...]
+
+
+def shortlist(recommendation: Recommendation) -> list[Composition]:
+    """The compositions worth a trial: for each configuration its best single fleet, when the model puts
+    it within ``NEAR_BEST`` of the best single fleet (``SINGLES_TRIED`` at most); and the
+    ``SPLITS_TRIED`` best splits."""
+    homogeneous: dict[str, Composition] = {}
+    splits: list[Composition] = []
+    for option in recommendation.options:  # best first
+        if option.homogeneous:
+            homogeneous.setdefault(option.pools[0].candidate.name, option)
+        elif len(splits) < SPLITS_TRIED:
+            splits.append(option)
+    top = max((c.capacity for c in homogeneous.values()), default=0.0)
+    singles = [c for c in homogeneous.values() if c.capacity >= NEAR_BEST * top][:SINGLES_TRIED]
+    return singles + splits
+
+
+def choose(recommendation: Recommendation, capacity_of: Callable[[Composition], float],
+           margin: float = MARGIN) -> Choice:
+    """The shortlist tried with ``capacity_of`` (requests a second over the fleet); the best single
+    configuration unless a split beat it by more than ``margin``."""
+    tried = tuple(Tried(c, capacity_of(c)) for c in shortlist(recommendation))
+    single = max((t for t in tried if t.composition.homogeneous), key=lambda t: t.capacity)
+    split = max((t for t in tried if not t.composition.homogeneous), key=lambda t: t.capacity, default=None)
+    chosen = split if split is not None and split.capacity > single.capacity * (1.0 + margin) else single
+    return Choice(_measured(chosen), _measured(single), margin, tried)
+
+
+def _measured(tried: Tried) -> Composition:
+    return dataclasses.replace(tried.composition, capacity=tried.capacity)
+
+
+def search_around(measure: Callable[[float], Point], modelled: float, steps: int = 1) -> float:
+    """The capacity (requests a second over the fleet) by ``capacity.search`` on a grid around the
+    model's ``modelled`` capacity, widened by ``WIDEN`` where the grid's heaviest rate still met the
+    targets or its lightest did not (the model is off by more than the grid spans)."""
+    if modelled <= 0 or not math.isfinite(modelled):
+        return 0.0
+    seen: dict[float, Point] = {}
+
+    def once(rate: float) -> Point:
+        if rate not in seen:
+            seen[rate] = measure(rate)
+        return seen[rate]
+
+    grid = [modelled * f for f in SEARCH_FACTORS]
+    for _ in range(WIDENINGS):
+        found = search(once, grid, steps)
+        if not found.bounded:
+            grid.append(grid[-1] * WIDEN)
+        elif found.rate <= 0:
+            grid.insert(0, grid[0] / WIDEN)
+        else:
+            break
+    return found.rate

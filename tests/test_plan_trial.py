@@ -1,0 +1,103 @@
+"""The traffic an operator names (``--mix``) and the plan's trial: its shortlist, and a split only
+where the trial measured it serving more than one configuration by more than the plan's error."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from draftgate.evaluate import trial
+from draftgate.evaluate.capacity import Point
+from draftgate.policy.fleet import Candidate, Composition, PoolPlan, Recommendation
+from draftgate.workloads import mix
+
+PLAIN, EAGLE, NGRAM = Candidate("plain"), Candidate("eagle3-k3", "eagle3", 3), Candidate("ngram-k4", "ngram", 4)
+
+
+def test_a_mix_is_parsed_over_the_verdicts_kinds_and_draws_only_what_it_weighs() -> None:
+    weights = mix.parse_mix("tool_call=3, chat=1,agent session=0")
+    assert weights == {"tool call": 3.0, "chat": 1.0, "agent session": 0.0, "reasoning": 0.0, "conversation": 0.0}
+    drawn = Counter(item.kind for item in mix.sample("verdict", 800, 5, weights))
+    assert set(drawn) == {"tool call", "chat"} and 2.4 < drawn["tool call"] / drawn["chat"] < 3.8
+    assert mix.requests_per_item("verdict", {"agent session": 1.0}) > 2  # a session's turns each count
+    # the default mix is the one the verdict always drew: the same items for the same seed
+    assert list(itertools.islice(mix.stream("verdict", 9), 50)) == list(
+        itertools.islice(mix.stream("verdict", 9, dict(mix.WEIGHTS)), 50))
+
+
+@pytest.mark.parametrize("text", ["", "chat", "gossip=1", "chat=x", "chat=-1", "chat=inf", "chat=nan", "chat=0",
+                                  "chat=1,chat=2"])
+def test_a_mix_that_means_nothing_is_refused_with_the_reason(text: str) -> None:
+    with pytest.raises(mix.MixError) as raised:
+        mix.parse_mix(text)
+    assert str(raised.value) and "\n" not in str(raised.value)
+
+
+def _composition(capacity: float, *pools: tuple[Candidate, int, tuple[str, ...]]) -> Composition:
+    return Composition(tuple(PoolPlan(c, n, kinds) for c, n, kinds in pools), capacity, 0.0)
+
+
+def _recommendation(*options: Composition) -> Recommendation:
+    ranked = sorted(options, key=lambda o: -o.capacity)
+    return Recommendation(ranked[0], next(o for o in ranked if o.homogeneous), None, tuple(ranked))
+
+
+KINDS = ("prose", "tool_auto")
+ALL_EAGLE = _composition(10.0, (EAGLE, 8, KINDS))
+ALL_PLAIN = _composition(9.0, (PLAIN, 8, KINDS))
+ALL_NGRAM = _composition(5.0, (NGRAM, 8, KINDS))  # far below the best: not worth a trial
+SPLIT = _composition(12.0, (PLAIN, 2, ("prose",)), (EAGLE, 6, ("tool_auto",)))
+
+
+def test_the_shortlist_is_the_near_best_single_fleets_and_the_best_splits() -> None:
+    listed = trial.shortlist(_recommendation(ALL_EAGLE, ALL_PLAIN, ALL_NGRAM, SPLIT))
+    assert listed == [ALL_EAGLE, ALL_PLAIN, SPLIT]
+
+
+def test_a_split_the_trial_finds_no_better_than_its_error_is_not_recommended() -> None:
+    recommendation = _recommendation(ALL_EAGLE, ALL_PLAIN, SPLIT)
+    # the model ranks EAGLE-3 first, the split above both; the trial finds plain best and the split
+    # ahead of it by less than the plan's error
+    measured = {ALL_EAGLE: 7.0, ALL_PLAIN: 8.0, SPLIT: 8.0 * (1 + trial.MARGIN / 2)}
+    chosen = trial.choose(recommendation, measured.__getitem__)
+    assert chosen.best.pools == ALL_PLAIN.pools and chosen.best.capacity == 8.0  # the trial's figure, not the model's
+    assert chosen.best_homogeneous.pools == ALL_PLAIN.pools
+    measured[SPLIT] = 8.0 * (1 + 2 * trial.MARGIN)  # a gain beyond the error: the split
+    chosen = trial.choose(recommendation, measured.__getitem__)
+    assert chosen.best.pools == SPLIT.pools and chosen.best.capacity == measured[SPLIT]
+    assert {t.composition.pools for t in chosen.tried} == {ALL_EAGLE.pools, ALL_PLAIN.pools, SPLIT.pools}
+
+
+def _point(rate: float, capacity: float) -> Point:
+    met = 1.0 if rate <= capacity else 0.5
+    return Point(rate, 100, met, 0.1, 0.2, 0.01, 0.02, 1.0, 0.001, 0.002)
+
+
+@pytest.mark.parametrize("truth", [1.0, 9.0, 40.0])
+def test_the_trial_finds_a_capacity_far_from_the_models(truth: float) -> None:
+    """The model may be off by more than the grid spans: the trial widens it until it brackets."""
+    found = trial.search_around(lambda rate: _point(rate, truth), modelled=8.0, steps=4)
+    assert found == pytest.approx(truth, rel=0.06)
+
+
+def test_a_grid_row_sets_the_gate_beside_the_best_homogeneous_fleet_seed_by_seed() -> None:
+    from draftgate.evaluate import grid
+
+    def entry(by_seed: list[float]) -> dict[str, Any]:
+        return {"capacity_rps_per_gpu": {"mean": sum(by_seed) / len(by_seed), "by_seed": by_seed}}
+
+    strategies = {"always off": entry([3.0, 2.0]), "always EAGLE-3 K=3": entry([2.8, 2.6]),
+                  "gate": {**entry([3.0, 2.2]), "plan": "all plain",
+                           "plan_predicted_capacity_rps_per_gpu": {"mean": 2.75}, "plan_error_by_seed": [0.1, -0.05]}}
+    row = grid.row("relaxed", "chat-heavy", 4, strategies)
+    assert row["best_homogeneous"] == "always EAGLE-3 K=3" and row["best_rps_per_gpu"] == 2.7
+    assert row["ratio"] == pytest.approx(2.6 / 2.7, abs=1e-4)
+    assert row["worst_seed_ratio"] == pytest.approx(2.2 / 2.6, abs=1e-4)  # the seed the gate did worst on
+    assert row["plan_error_mean_abs"] == pytest.approx(0.075)
+    printed = grid.table([row])
+    assert "| relaxed | chat-heavy | 4 | always EAGLE-3 K=3 | 2.70 | 2.60 | 0.96 | 0.85 | 2.75 | +10%, -5% |" in printed
+    assert "within 10% on every seed at 1 of 1 points" in printed
+    assert "0.98x the best homogeneous fleet at 0 of 1" in printed
