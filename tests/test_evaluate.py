@@ -35,7 +35,7 @@ from draftgate.policy.calibration import Calibration
 from draftgate.servers import ServerProcess, free_port
 from draftgate.workloads import mix
 
-SMALL = ["--seeds", "2", "--gpus", "2", "--rates", "0.5,2", "--requests", "120", "--burst", "4"]
+SMALL = ["--seeds", "2", "--gpus", "2", "--rates", "0.5,2", "--requests", "100", "--burst", "4"]
 
 
 def evaluate(*argv: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -159,7 +159,7 @@ def test_bad_input_is_one_line_and_exit_status_2(tmp_path: Path) -> None:
     cases = {"--gpus 0": ["--gpus", "0"],
              "a fleet its requests cannot load": ["--gpus", "64", "--requests", "800"],
              "targets nothing meets": ["--tpot-target-ms", "1", "--ttft-target-ms", "10"],
-             "an unreachable pool": ["--spec-on", dead, "--spec-off", dead, "--rates", "1", "--requests", "20",
+             "an unreachable pool": ["--spec-on", dead, "--spec-off", dead, "--rates", "1", "--requests", "60",
                                      "--out", str(tmp_path)],
              "a bad rate": ["--rates", "1,x"],
              "an unknown GPU": ["--gpu", "A1"],
@@ -250,7 +250,7 @@ def test_a_tensor_parallel_verdict_is_counted_in_gpus(tmp_path: Path) -> None:
     """70B at tensor parallel size 4: two replicas are a fleet of 8 GPUs, and every rate, capacity and
     GPU-second is per GPU."""
     done = evaluate("--model", "meta-llama/Llama-3.1-70B-Instruct", "--tensor-parallel-size", "4", "--gpus", "8",
-                    "--seeds", "1", "--requests", "400", "--rates", "0.5,1,2", "--burst", "0", "--json",
+                    "--seeds", "1", "--requests", "200", "--rates", "0.5,1,2", "--burst", "0", "--json",
                     "--out", str(tmp_path), timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads(done.stdout)

@@ -10,7 +10,7 @@ from bench.soak import FAULTS, run
 
 
 def test_no_request_is_lost_while_replicas_fail_one_way_after_another(capsys: pytest.CaptureFixture[str]) -> None:
-    period = 2.0
+    period = 1.5
     status = run(seconds=period * len(FAULTS) + 1, rate=20.0, period=period, seed=4)
     report = capsys.readouterr().out
     assert status == 0, report

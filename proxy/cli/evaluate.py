@@ -12,8 +12,8 @@ if TYPE_CHECKING:
     from draftgate.evaluate.bench import Options
     from draftgate.evaluate.simulation import Targets
 
-MIN_REQUESTS_PER_GPU = 50  # a run that brings each GPU fewer requests never loads it
-REQUESTS_PER_GPU = 75  # measured per run by default, for each GPU of the largest fleet (600 at least)
+MIN_REQUESTS_PER_GPU = 50  # a run that brings each replica fewer requests never loads it
+REQUESTS_PER_GPU = 75  # measured per run by default, for each replica of the largest fleet (600 at least)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ttft-target-ms", type=float, help="p99 time to first token (default 2000)")
     parser.add_argument("--tpot-target-ms", type=float, help="p99 time per output token (default 50)")
     parser.add_argument("--requests", type=int, help="requests measured per run (default 600, or more for a large "
-                        f"fleet: {REQUESTS_PER_GPU} for each GPU of the largest)")
+                        f"fleet: {REQUESTS_PER_GPU} for each replica of the largest)")
     parser.add_argument("--burst", type=int, default=64, help="requests per GPU of the burst; 0 leaves it out")
     parser.add_argument("--workers", type=int, default=0, help="processes running the simulations (default: "
                                                                 "one per core); the figures do not depend on it")
@@ -87,11 +87,6 @@ def run(args: argparse.Namespace) -> int:
     args.tpot_target_ms = 50.0 if args.tpot_target_ms is None else args.tpot_target_ms
     if args.ttft_target_ms <= 0 or args.tpot_target_ms <= 0:
         raise CliError("--ttft-target-ms and --tpot-target-ms must be above 0")
-    if args.requests is None:
-        args.requests = max(600, REQUESTS_PER_GPU * max(gpus))
-    if args.requests < MIN_REQUESTS_PER_GPU * max(gpus):
-        raise CliError(f"a fleet of {max(gpus)} GPUs needs --requests of at least {MIN_REQUESTS_PER_GPU * max(gpus)}: "
-                       f"with {args.requests}, its GPUs are never loaded")
     targets = Targets(args.ttft_target_ms / 1000.0, args.tpot_target_ms / 1000.0)
     try:
         weights = mix.parse_mix(args.mix) if args.mix is not None else None
@@ -131,6 +126,7 @@ def _simulated(args: argparse.Namespace, gpus: list[int], rates: list[float] | N
     if any(n % tp for n in gpus):
         raise CliError(f"--gpus: at tensor parallel size {tp} a fleet is a whole number of {tp}-GPU replicas, "
                        f"got {args.gpus!r}")
+    _resolve_requests(args, max(gpus) // tp)
     # the verdict runs in replicas; its summary is put back in GPUs (verdict.in_gpus)
     options = Options(seeds=args.seeds, gpus=tuple(n // tp for n in gpus),
                       rates=tuple(r * tp for r in rates or RATES_PER_GPU), targets=targets, requests=args.requests,
@@ -144,6 +140,16 @@ def _simulated(args: argparse.Namespace, gpus: list[int], rates: list[float] | N
                        f"for 99% of requests even at {min(options.rates) / tp:g} requests a second per GPU: "
                        "loosen the targets")
     return main(options)
+
+
+def _resolve_requests(args: argparse.Namespace, replicas: int) -> None:
+    """``--requests``, by default grown with the largest fleet, and refused where it never loads one
+    (counted in replicas: a tensor-parallel replica takes a request on all its GPUs at once)."""
+    if args.requests is None:
+        args.requests = max(600, REQUESTS_PER_GPU * replicas)
+    if args.requests < MIN_REQUESTS_PER_GPU * replicas:
+        raise CliError(f"a fleet of {replicas} replicas needs --requests of at least {MIN_REQUESTS_PER_GPU * replicas}:"
+                       f" with {args.requests}, its GPUs are never loaded")
 
 
 def _grid(options: Options) -> int:
@@ -193,6 +199,7 @@ def _real(args: argparse.Namespace, spec_on: dict[int, str], rates: list[float] 
 
     from draftgate.evaluate import real, verdict
 
+    _resolve_requests(args, 1)
     given = real.real_pools(spec_on, _url(args.spec_off), _url(args.ngram), _url(args.eagle3), _url(args.dynamic_k))
     stream = sys.stderr if args.json else sys.stdout
 
