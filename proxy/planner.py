@@ -201,7 +201,7 @@ def plan_fleet(inputs: FleetInputs, recommend: bool = True) -> FleetPlan:
     routed = dict(inputs.routed)
     kinds = {k.name for k in inputs.traffic.kinds}
     now = None
-    if routed and kinds <= set(routed):
+    if kinds <= set(routed) and {routed[k] for k in kinds} <= {c.name for c, _ in inputs.running}:
         now = fleet.evaluate([fleet.PoolPlan(c, n, tuple(k for k in sorted(kinds) if routed[k] == c.name))
                               for c, n in inputs.running], inputs.traffic, inputs.calibration, inputs.targets)
     return FleetPlan(best, capacities, recommendation, now)
@@ -384,10 +384,10 @@ class Planner:
         targets = fleet.Targets(policy.ttft_target or fleet.Targets().ttft, policy.tpot_target or fleet.Targets().tpot)
         self.feedback.settle(targets)
         scaled = self.feedback.step_scale
-        running = tuple((replace(candidate_of(p.name, p.config.speculation, p.config.max_num_seqs,
-                                                          p.config.max_num_batched_tokens), step_scale=scaled(p.name)),
-                         max(1, len(p.replicas_in_rotation())))
-                        for p in self.pools)
+        running = tuple(
+            (replace(candidate_of(p.name, p.config.speculation, p.config.max_num_seqs, p.config.max_num_batched_tokens),
+                     step_scale=scaled(p.name)), max(1, len(p.replicas_in_rotation())))
+            for p in self.pools)
         candidates = tuple(candidate_of(c.name, c.speculation, c.max_num_seqs, c.max_num_batched_tokens)
                            for c in self.settings.plan_candidates) or fleet.default_candidates()
         candidates = tuple(replace(c, step_scale=scaled(c.name)) for c in candidates)

@@ -101,3 +101,16 @@ def test_a_grid_row_sets_the_gate_beside_the_best_homogeneous_fleet_seed_by_seed
     assert "| relaxed | chat-heavy | 4 | always EAGLE-3 K=3 | 2.70 | 2.60 | 0.96 | 0.85 | 2.75 | +10%, -5% |" in printed
     assert "within 10% on every seed at 1 of 1 points" in printed
     assert "0.98x the best homogeneous fleet at 0 of 1" in printed
+
+
+def test_the_capacity_table_of_real_pools_names_the_gates_fleet_without_a_plan_to_set_beside_it() -> None:
+    """Against real pools the gate runs the pools it was given: there is no plan's prediction to print."""
+    from draftgate.evaluate import real, verdict
+    from draftgate.evaluate.capacity import Capacity
+    from draftgate.evaluate.simulation import Targets
+
+    point = _point(2.0, 3.0)
+    found = {"always off": (1, {"plain": 1}, Capacity(2.0, (point,), True)),
+             "gate": (2, {"plain": 1, "eagle3": 1}, Capacity(2.5, (point,), True))}
+    table = verdict.capacity_table(real.summary(found, Targets(2.0, 0.05)))
+    assert "the gate's fleet on 2 GPUs: plain x1, eagle3 x1" in table and "predicted" not in table

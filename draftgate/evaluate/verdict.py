@@ -244,11 +244,14 @@ def capacity_table(summary_: dict[str, Any]) -> str:
              f"{summary_['seeds']} seeds]", "", fmt(header), fmt(["-" * w for w in widths]), *map(fmt, rows)]
     for size in sizes:
         gate = summary_["fleets"][size]["strategies"].get(GATE)
-        if gate is not None:
-            lines.append(f"  the gate's fleet on {size} GPUs: " + ", ".join(
-                f"{pool} x{n}" for pool, n in gate["composition"].items())
-                + f" (its plan predicted {gate['plan_predicted_capacity_rps_per_gpu']['mean']:.2f} per GPU, "
-                f"measured {gate['capacity_rps_per_gpu']['mean']:.2f}; {_errors(gate)})")
+        if gate is None:
+            continue
+        pools = ", ".join(f"{pool} x{n}" for pool, n in gate["composition"].items())
+        line = f"  the gate's fleet on {size} GPUs: {pools}"
+        if "plan_predicted_capacity_rps_per_gpu" in gate:  # real pools: the gate's fleet is what was given
+            line += (f" (its plan predicted {gate['plan_predicted_capacity_rps_per_gpu']['mean']:.2f} per GPU, "
+                     f"measured {gate['capacity_rps_per_gpu']['mean']:.2f}; {_errors(gate)})")
+        lines.append(line)
     return "\n".join(lines)
 
 
