@@ -587,6 +587,49 @@ def _ranked(options: list[Composition], model: _Model, objective: str) -> list[C
     raise ValueError(f"objective must be capacity or cost, got {objective!r}")
 
 
+@dataclass(frozen=True)
+class KindLaw:
+    """The Draft Law for one kind where the plan puts it: its schema share ``w_s`` against the share
+    ``w_s_star`` at which ``drafter`` breaks even at the batch the kind's pool runs (None, with
+    ``reason``, where no share makes it pay or every share does)."""
+
+    kind: str
+    pool: str
+    drafter: str  # the kind's pool when it speculates, else the speculating candidate it was not given
+    batch: float
+    w_s: float
+    w_s_star: float | None
+    reason: str | None
+
+    @property
+    def pays(self) -> bool | None:
+        return None if self.w_s_star is None else self.w_s >= self.w_s_star
+
+
+def law_by_kind(composition: Composition, traffic: Traffic, calibration: Calibration,
+                candidates: Sequence[Candidate]) -> list[KindLaw]:
+    """Per kind, at the batch its pool runs (``composition.loads``, at the traffic's rate): w_S against
+    w_S* for its pool's drafter, or, on a plain pool, for the first speculating candidate."""
+    drafters = [c for c in candidates if c.speculative]
+    out = []
+    for plan, load in zip(composition.pools, composition.loads or (None,) * len(composition.pools)):
+        against = plan.candidate if plan.candidate.speculative else next(iter(drafters), None)
+        if against is None:
+            continue
+        batch = load.batch if load is not None and math.isfinite(load.batch) else 1.0
+        depth = against.depth_at(max(1.0, batch)) or against.gamma
+        cal = calibration.pool(against.name, depth, against.method)
+        drafter = law.Drafter(depth, cal.delta(max(1.0, batch)), cal.draft_cost)
+        view = PoolView(against.name, against.method, gamma=depth, lookup=against.lookup)
+        for name in plan.kinds:
+            kind = traffic.kind(name)
+            ws = law.break_even_ws_spans(predicted_taus(calibration, view, kind.temperature, kind.copyable), drafter,
+                                         kind.mix)
+            star = None if ws.value is None or math.isnan(ws.value) else ws.value
+            out.append(KindLaw(name, plan.candidate.name, against.name, batch, kind.mix.s, star, ws.reason))
+    return out
+
+
 def kinds_from(rows: Sequence[Mapping[str, float | str]], samples: int = 64) -> tuple[Kind, ...]:
     """Kinds from per-request rows ``{kind, output_tokens, prefill_tokens, w_s, w_r, temperature}``; each
     kind keeps up to ``samples`` of its requests, spread evenly over the order they came in."""

@@ -86,6 +86,23 @@ def test_the_plan_chooses_a_method_and_a_depth_and_says_when_one_configuration_i
         fleet.recommend(fleet.Traffic(1.0, ()), CAL, 4, [PLAIN], TARGETS)
 
 
+def test_the_law_per_kind_sets_its_schema_share_against_the_break_even_at_its_pools_batch() -> None:
+    traffic = fleet.Traffic(3.0, kinds())
+    drafted = fleet.recommend(traffic, CAL, 2, [PLAIN, DRAFT8], TARGETS).best  # a draft model on both kinds
+    laws = {law.kind: law for law in fleet.law_by_kind(drafted, traffic, CAL, [PLAIN, DRAFT8])}
+    prose = laws["prose"]
+    assert prose.pool == prose.drafter == "draft-k8" and prose.batch > 1
+    assert prose.w_s == 0.0 and prose.w_s_star is not None and prose.w_s_star > 0 and prose.pays is False
+    # a pure tool call has no R:F split to set w_S* by: undefined, and said why
+    assert laws["tool"].w_s_star is None and "undefined" in (laws["tool"].reason or "")
+    # on a plain pool, the law is set against the speculating candidate the kind was not given
+    plain = fleet.evaluate([fleet.PoolPlan(PLAIN, 2, ("tool", "prose"))], traffic, CAL, TARGETS)
+    on_plain = {law.kind: law for law in fleet.law_by_kind(plain, traffic, CAL, [PLAIN, EAGLE])}
+    assert on_plain["prose"].pool == "plain" and on_plain["prose"].drafter == "eagle3"
+    # an EAGLE head drafts so cheaply at a small batch that it pays with no schema-bound share at all
+    assert on_plain["prose"].w_s_star == 0.0 and on_plain["prose"].pays is True
+
+
 def test_a_dynamic_k_table_is_priced_at_the_depth_its_batch_sets_and_lookup_drafters_by_what_they_copy() -> None:
     k2, k4 = (fleet.Candidate(f"draft-k{k}", "draft_model", k, draft_prefill_ratio=0.15) for k in (2, 4))
     table = fleet.Candidate("dynamic", "draft_model", 4, dynamic=((1, 3, 4), (4, 1024, 2)), draft_prefill_ratio=0.15)
@@ -226,9 +243,14 @@ def test_draftgate_plan_on_a_log_the_proxy_recorded(tmp_path: Path) -> None:
     assert sum(p["gpus"] for p in best["pools"]) == 4 and best["capacity_rps"] >= result["best_homogeneous"][
         "capacity_rps"] - 1e-9
     assert set(result["routing"]) == {"tool", "prose"}
+    # per kind, the Draft Law where the plan puts it: prose has no schema-bound share to pay with
+    laws = {law["kind"]: law for law in result["law_by_kind"]}
+    assert set(laws) == {"tool", "prose"} and laws["prose"]["w_s"] == 0.0 and laws["prose"]["batch"] > 0
+    assert laws["tool"]["w_s"] > 0.9 and laws["prose"]["pool"] == result["routing"]["prose"]
     text = subprocess.run([sys.executable, "-m", "draftgate.proxy.cli.main", "plan", "--from-log", str(log),
                            "--gpus", "4"], capture_output=True, text=True, timeout=120).stdout
     assert "PLAN" in text and "one configuration" in text
+    assert "The Draft Law per kind" in text and "prose on " in text
 
 
 def _log_of(path: Path, requests: int) -> Path:
