@@ -96,14 +96,19 @@ def _rows(path: Any) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-@functools.lru_cache(maxsize=4)
 def items(split: Split, traffic: str = "") -> dict[str, list[Item]]:
-    """Every item of ``split``, by kind, in a fixed order (read once; not to be changed): the built-in
-    data's, or a traffic file's (``traffic``, its path; ``traffic_file``)."""
+    """Every item of ``split``, by kind, in a fixed order (not to be changed): the built-in data's, or a
+    traffic file's (``traffic``, its path; ``traffic_file`` reads it again when it changes)."""
     if traffic:
         from draftgate.workloads import traffic_file
 
         return traffic_file.items(traffic, split)
+    return _built_in(split)
+
+
+@functools.lru_cache(maxsize=2)
+def _built_in(split: Split) -> dict[str, list[Item]]:
+    """The committed samples' items of ``split``, read once."""
     out: dict[str, list[Item]] = {kind: [] for kind in KINDS}
     for n, row in enumerate(_rows(BFCL_SAMPLE)):
         if split_of(row["id"]) != split:
