@@ -190,7 +190,7 @@ def test_a_fitted_profile_is_every_seeds_hardware_and_a_named_one_is_drawn_aroun
     named = hardware_key({"gpu": "B200"})
     one, two = profile_of(1, named), profile_of(2, named)
     assert one.gpu.name == two.gpu.name == "B200" and one.efficiency != two.efficiency
-    assert profile_of(3, "") == EngineProfile.random(3)  # the built-in verdict, as before
+    assert profile_of(3, "") == EngineProfile.random(3)  # the built-in verdict: each seed draws its own
 
 
 def test_a_fleet_is_run_once_however_many_strategies_name_it() -> None:

@@ -157,12 +157,11 @@ def hardware_key(profile: dict[str, Any] | None = None, drawn: bool = True) -> s
 
 
 def profile_of(seed: int, hardware: str) -> EngineProfile:
-    """The seed's engine profile under ``hardware`` (``hardware_key``)."""
-    if not hardware:
-        return EngineProfile.random(seed)
-    given = json.loads(hardware)
-    base = EngineProfile.from_mapping(given["profile"])
-    return EngineProfile.random(seed, base) if given["drawn"] else base
+    """The seed's engine profile under ``hardware`` (``hardware_key``): ``base_profile`` with its
+    uncertain figures drawn from the seed, unless the key says to run it as it is."""
+    base = base_profile(hardware)
+    drawn = not hardware or json.loads(hardware)["drawn"]
+    return EngineProfile.random(seed, base) if drawn else base
 
 
 @functools.lru_cache(maxsize=3)
@@ -266,15 +265,12 @@ def setup_seed(seed: int, options: Options) -> SeedSetup:
     for n in options.gpus:
         tried = functools.partial(_tried_capacity, seed, n, calibration, fitted, options)
         chosen[n] = trial.choose(plans.recommend(traffic, calibration, n, choices, target), tried)
-    splits = {n: max((t for t in c.tried if not t.composition.homogeneous), key=lambda t: t.capacity)
-              for n, c in chosen.items() if options.extras and n >= SPLIT_FROM_GPUS
-              and any(not t.composition.homogeneous for t in c.tried)}
+    splits = {n: c.best_split for n, c in chosen.items()
+              if options.extras and n >= SPLIT_FROM_GPUS and c.best_split is not None}
     by_cost = {(n, rate): plans.recommend(plans.Traffic(rate * n, traffic.kinds), calibration, n, choices, target,
                                           objective="cost").best
                for n in options.gpus for rate in cost_rates(options)}
-    return SeedSetup(seed, calibration, table, {n: c.best for n, c in chosen.items()},
-                     {n: dataclasses.replace(t.composition, capacity=t.capacity) for n, t in splits.items()},
-                     by_cost)
+    return SeedSetup(seed, calibration, table, {n: c.best for n, c in chosen.items()}, splits, by_cost)
 
 
 def base_profile(hardware: str) -> EngineProfile:

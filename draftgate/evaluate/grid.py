@@ -15,7 +15,7 @@ import statistics
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from draftgate.evaluate import bench
+from draftgate.evaluate import bench, verdict
 from draftgate.evaluate.simulation import Targets
 from draftgate.evaluate.strategies import GATE
 from draftgate.workloads import mix
@@ -49,10 +49,9 @@ def run(base: bench.Options, say: Callable[[str], None] = print) -> list[dict[st
 def row(targets: str, traffic: str, gpus: int, strategies: dict[str, Any]) -> dict[str, Any]:
     """One point at one fleet size: the best homogeneous fleet (by mean capacity), the gate, their
     ratio (mean, and the worst seed's), and the plan's prediction and error seed by seed."""
-    fixed = {name: entry for name, entry in strategies.items() if not name.startswith(GATE)}
-    best = max(fixed, key=lambda name: fixed[name]["capacity_rps_per_gpu"]["mean"])
+    best, entry = verdict.best_homogeneous(strategies)
     gate = strategies[GATE]
-    b, g = fixed[best]["capacity_rps_per_gpu"], gate["capacity_rps_per_gpu"]
+    b, g = entry["capacity_rps_per_gpu"], gate["capacity_rps_per_gpu"]
     by_seed = [gs / bs for gs, bs in zip(g["by_seed"], b["by_seed"]) if bs > 0]
     errors = [e for e in gate["plan_error_by_seed"] if e is not None]
     return {"targets": targets, "traffic": traffic, "gpus": gpus, "best_homogeneous": best,

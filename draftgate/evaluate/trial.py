@@ -48,7 +48,7 @@ class Choice:
 
     best: Composition
     best_homogeneous: Composition  # likewise, the best single configuration as tried
-    margin: float  # the gain over the best single configuration a split must show
+    best_split: Composition | None  # likewise, the best split tried (None: none was)
     tried: tuple[Tried, ...]
 
 
@@ -76,7 +76,7 @@ def choose(recommendation: Recommendation, capacity_of: Callable[[Composition], 
     single = max((t for t in tried if t.composition.homogeneous), key=lambda t: t.capacity)
     split = max((t for t in tried if not t.composition.homogeneous), key=lambda t: t.capacity, default=None)
     chosen = split if split is not None and split.capacity > single.capacity * (1.0 + margin) else single
-    return Choice(_measured(chosen), _measured(single), margin, tried)
+    return Choice(_measured(chosen), _measured(single), None if split is None else _measured(split), tried)
 
 
 def _measured(tried: Tried) -> Composition:

@@ -213,7 +213,8 @@ def _mean_shares(shares: Sequence[dict[str, float]]) -> dict[str, float]:
     return {p: round(statistics.fmean(s.get(p, 0.0) for s in shares), 4) for p in pools}
 
 
-def _best_homogeneous(strategies: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def best_homogeneous(strategies: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The homogeneous strategy that serves the most (mean capacity over seeds): its name and entry."""
     fixed = {n: s for n, s in strategies.items() if not n.startswith(GATE)}
     name = max(fixed, key=lambda n: fixed[n]["capacity_rps_per_gpu"]["mean"])
     return name, fixed[name]
@@ -326,7 +327,7 @@ def findings(summary_: dict[str, Any]) -> list[str]:
     for size, fleet in summary_["fleets"].items():
         strategies = fleet["strategies"]
         gate = strategies.get(GATE)
-        best_name, best = _best_homogeneous(strategies)
+        best_name, best = best_homogeneous(strategies)
         b = best["capacity_rps_per_gpu"]
         where = f"On {size} GPUs"
         if gate is None:
