@@ -333,8 +333,6 @@ class Exchange:
                         on_first(events[0])
                 relayed += len(events)
                 yield b"".join(events)
-            if observation.complete:
-                self.replica.answered()
         except UpstreamError as exc:
             status = 502
             self.failed_midway("mid_stream")
@@ -342,13 +340,15 @@ class Exchange:
         except UpstreamAborted:
             status = 503
             yield stream_error(503, shutting_down_message(), relayed)
-        except asyncio.CancelledError:
-            status = 499
-            raise
         finally:
+            # the client has its whole answer once the stream's last event went out, whether it then
+            # hangs up before the upstream closes or not: only an unfinished stream is a 499
             observation.finished_at = time.perf_counter()
-            if status == 200 and not observation.complete:
-                status = 499
+            if status == 200:
+                if observation.complete:
+                    self.replica.answered()
+                else:
+                    status = 499
             if observation.unread_answer is None:
                 await self.end(status)
             else:

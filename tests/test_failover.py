@@ -256,6 +256,27 @@ def test_client_disconnect_cancels_upstream_quickly() -> None:
         assert asyncio.run(run()) < 1.0
 
 
+def test_a_stream_received_whole_is_a_success_when_the_client_hangs_up_before_the_upstream_closes() -> None:
+    """A benchmark client closes as soon as it reads ``[DONE]``; the upstream's close may
+    come later. The client has its whole answer: a 200 with its usage, never a 499."""
+    with stack(9) as st:
+        for backend in (st.on, st.off):
+            httpx.post(f"{backend.url}/debug/faults", json={"linger_after_done": 5.0})
+        body = {"model": MODEL, "messages": USER, "stream": True, "max_tokens": 20, "temperature": 0.7,
+                "stream_options": {"include_usage": True}}
+        with httpx.Client(timeout=30) as h, h.stream("POST", f"{st.proxy.url}/v1/chat/completions", json=body) as r:
+            lines = []
+            for line in r.iter_lines():
+                lines.append(line)
+                if line == "data: [DONE]":
+                    break  # and the client hangs up, the upstream still open
+        assert any('"usage"' in line for line in lines)
+        assert wait_until(lambda: st.metric("draftgate_requests_total", status="200") == 1), \
+            st.metric("draftgate_requests_total", status="499")
+        assert st.metric("draftgate_requests_total", status="499") == 0
+        assert st.metric("draftgate_output_tokens_total") > 0
+
+
 def test_a_long_non_streamed_answer_is_waited_for_as_a_direct_client_waits() -> None:
     """vLLM sends a non-streamed answer whole, once generated: its first byte comes
     after the whole generation, minutes of it for long reasoning. Timed as a

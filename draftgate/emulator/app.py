@@ -328,6 +328,8 @@ class Emulator:
                     extra["metrics"] = metrics
                 yield chunk([], **extra)
             yield b"data: [DONE]\n\n"
+            if self.faults.linger_after_done:
+                await asyncio.sleep(self.faults.linger_after_done)
         finally:
             for p in pumps:
                 p.cancel()

@@ -19,6 +19,8 @@ class Faults(BaseModel):
     error_status: int | None = Field(None, ge=400, le=599, description="answer completions with this status")
     error_rate: float = Field(1.0, ge=0.0, le=1.0, description="share of requests error_status applies to")
     first_byte_delay: float = Field(0.0, ge=0.0, description="seconds before any byte of a completion")
+    linger_after_done: float = Field(0.0, ge=0.0, description="seconds a stream stays open after its [DONE], "
+                                                             "as when the last chunk and the close arrive apart")
     die_after_tokens: int | None = Field(None, ge=0, description="drop a stream after this many tokens")
     die_before_first_event: bool = Field(False, description="drop a stream after its headers, as in prefill")
     cut_answer_short: bool = Field(False, description="drop the connection halfway through a non-streamed "
