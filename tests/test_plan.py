@@ -17,6 +17,7 @@ from draftgate.policy import fleet, law
 from draftgate.policy.assignment import Assignment, Capacity, Turns, load, spill
 from draftgate.policy.calibration import Calibration
 from draftgate.proxy.logs import RequestLog
+from tests.conftest import emulator
 from tests.proxy_harness import metric_value, stack, wait_until
 
 MODEL = "Qwen/Qwen3-32B"
@@ -305,7 +306,7 @@ def test_draftgate_plan_from_a_proxys_metrics_over_a_window() -> None:
         sender.start()
         try:
             done = subprocess.run([sys.executable, "-m", "draftgate.proxy.cli.main", "plan", "--from-metrics",
-                                   st.proxy.url, "--window", "2", "--gpus", "2", "--json"],
+                                   f"{st.proxy.url}/metrics", "--window", "2", "--gpus", "2", "--json"],
                                   capture_output=True, text=True, timeout=120)
         finally:
             stop.set()
@@ -315,3 +316,16 @@ def test_draftgate_plan_from_a_proxys_metrics_over_a_window() -> None:
     assert set(result["kinds"]) == {"tool", "prose"} and result["requests_per_second"] > 1
     assert result["kinds"]["prose"]["output_tokens"] == pytest.approx(60, rel=0.3)
     assert result["kinds"]["tool"]["prefill_tokens"] > 0
+
+
+def test_draftgate_plan_from_an_address_that_is_not_a_proxys_metrics_says_so_in_one_line() -> None:
+    with emulator(43, False) as backend:
+        unreachable = backend.url  # closed once the emulator stops
+        wrong = subprocess.run([sys.executable, "-m", "draftgate.proxy.cli.main", "plan", "--from-metrics",
+                                f"{backend.url}/nowhere", "--window", "0.1", "--gpus", "2"],
+                               capture_output=True, text=True, timeout=60)
+    gone = subprocess.run([sys.executable, "-m", "draftgate.proxy.cli.main", "plan", "--from-metrics", unreachable,
+                           "--window", "0.1", "--gpus", "2"], capture_output=True, text=True, timeout=60)
+    for done, said in ((wrong, "/nowhere/metrics"), (gone, "ConnectError")):
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and said in done.stderr, done.stderr

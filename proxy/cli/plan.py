@@ -82,13 +82,20 @@ def rows_from_metrics(url: str, window: float) -> tuple[list[dict[str, Any]], fl
     import httpx
     from prometheus_client.parser import text_string_to_metric_families
 
+    address = url.rstrip("/") if url.rstrip("/").endswith("/metrics") else f"{url.rstrip('/')}/metrics"
+
     def scrape() -> dict[tuple[str, str, str, str], float]:
         try:
-            text = httpx.get(f"{url.rstrip('/')}/metrics", timeout=30).text
-        except httpx.HTTPError as exc:
-            raise CliError(f"cannot read {url}/metrics: {type(exc).__name__} {exc}") from None
+            response = httpx.get(address, timeout=30)
+            if response.status_code != 200:
+                raise CliError(f"cannot read {address}: it answered {response.status_code}")
+            families = list(text_string_to_metric_families(response.text))
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            raise CliError(f"cannot read {address}: {type(exc).__name__} {exc}") from None
+        except ValueError:
+            raise CliError(f"{address} does not answer with Prometheus metrics: is it a draftgate proxy?") from None
         out: dict[tuple[str, str, str, str], float] = defaultdict(float)
-        for family in text_string_to_metric_families(text):
+        for family in families:
             for sample in family.samples:
                 if sample.name.startswith(("draftgate_request_tokens", "draftgate_observed_schema_fraction")):
                     key = (sample.name, sample.labels.get("class", ""), sample.labels.get("kind", ""),
