@@ -56,6 +56,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -604,6 +605,18 @@ class KindLaw:
     @property
     def pays(self) -> bool | None:
         return None if self.w_s_star is None else self.w_s >= self.w_s_star
+
+    def describe(self) -> str:
+        where = f"{self.kind} on {self.pool} (batch {self.batch:.1f}): w_S {self.w_s:.2f}"
+        if self.w_s_star is None:
+            return f"{where}; w_S* for {self.drafter} undefined: {self.reason}"
+        verdict = "speculation pays" if self.pays else "speculation costs capacity"
+        return f"{where} against w_S* {self.w_s_star:.2f} for {self.drafter}: {verdict}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "pool": self.pool, "drafter": self.drafter, "batch": round(self.batch, 3),
+                "w_s": round(self.w_s, 4), "w_s_star": None if self.w_s_star is None else round(self.w_s_star, 4),
+                "pays": self.pays, "reason": self.reason, "summary": self.describe()}
 
 
 def law_by_kind(composition: Composition, traffic: Traffic, calibration: Calibration,

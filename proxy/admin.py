@@ -63,6 +63,20 @@ class AffinityMatch(_Strict):
     via: str = Field(description="how the conversation was recognised")
 
 
+class KindLawTerms(_Strict):
+    kind: str
+    pool: str = Field(description="the pool the fleet plan routes the kind to")
+    drafter: str = Field(description="the pool's drafter, or on a plain pool the speculating candidate it was "
+                                     "not given")
+    batch: float = Field(description="the batch the plan predicts the pool runs")
+    w_s: float = Field(description="the kind's schema-bound share")
+    w_s_star: float | None = Field(description="the share at which the drafter breaks even at that batch (null: "
+                                               "none, see reason)")
+    pays: bool | None = Field(description="w_s at or above w_s_star")
+    reason: str | None
+    summary: str = Field(description="the same in a sentence")
+
+
 class Explanation(_Strict):
     """What the gate reads in a request and where it would send it; nothing is forwarded."""
 
@@ -100,6 +114,9 @@ class Explanation(_Strict):
     assignment: dict[str, float] | None = Field(
         description="the share of its kind each pool takes, when the fleet plan's assignment routed it (null: the "
                     "gate's costs alone, or a reason stronger than the assignment, decided)")
+    plan_law: KindLawTerms | None = Field(
+        None, description="the Draft Law for the request's kind where the fleet plan routes it, at the batch "
+                          "that pool runs (absent until the proxy has planned)")
 
 
 class Reloaded(_Strict):

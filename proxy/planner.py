@@ -180,6 +180,8 @@ class FleetPlan:
     capacities: list[Capacity]  # what one GPU of each running pool takes of each kind
     recommendation: Recommendation | None  # the best fleet of as many GPUs, beside the running one
     routed: fleet.Composition | None = None  # the running fleet as routed now, worked out alike
+    law: tuple[fleet.KindLaw, ...] = ()  # each kind where ``assignment`` puts it
+    routed_law: tuple[fleet.KindLaw, ...] = ()  # likewise, where ``routed`` does
 
     @property
     def gain(self) -> float:
@@ -204,7 +206,12 @@ def plan_fleet(inputs: FleetInputs, recommend: bool = True) -> FleetPlan:
     if kinds <= set(routed) and {routed[k] for k in kinds} <= {c.name for c, _ in inputs.running}:
         now = fleet.evaluate([fleet.PoolPlan(c, n, tuple(k for k in sorted(kinds) if routed[k] == c.name))
                               for c, n in inputs.running], inputs.traffic, inputs.calibration, inputs.targets)
-    return FleetPlan(best, capacities, recommendation, now)
+    def law_of(composition: fleet.Composition | None) -> tuple[fleet.KindLaw, ...]:
+        if composition is None:
+            return ()
+        return tuple(fleet.law_by_kind(composition, inputs.traffic, inputs.calibration, inputs.candidates))
+
+    return FleetPlan(best, capacities, recommendation, now, law_of(best), law_of(now))
 
 
 class Planner:
@@ -233,6 +240,7 @@ class Planner:
         self._turns = Turns()
         self._arrivals: deque[tuple[float, str]] = deque(maxlen=ARRIVALS_KEPT)
         self.recommendation: Recommendation | None = None
+        self.law: dict[str, fleet.KindLaw] = {}  # kind -> the Draft Law where the adopted plan routes it
         self.feedback = PlanFeedback()  # the plan's predictions for the running pools against their answers
         self.calibration = calibration if calibration is not None else load_calibration_or_defaults(settings)
         self.learner = StructureLearner(capacity=settings.learner_capacity)
@@ -406,7 +414,9 @@ class Planner:
             log.info("fleet plan: routing kept; moving kinds would gain %.1f%%, within the plan's observed error "
                      "of %.1f%%", 100 * planned.gain, 100 * self.feedback.error)
             taken = planned.routed
+            self.law = {k.kind: k for k in planned.routed_law}
         else:
+            self.law = {k.kind: k for k in planned.law}
             self._base = Assignment.whole(taken.assignment())
             self.assignment = self._base
         self._capacities = planned.capacities
@@ -438,6 +448,9 @@ class Planner:
         """What ``plan`` says, and where its request would go: to a plain pool,
         when its endpoint is not ``gated``."""
         result = plan.explain()
+        law = self.law.get(plan.request_class)
+        if law is not None:  # the fleet plan's view of the request's kind, once there is a plan
+            result["plan_law"] = law.as_dict()
         if not gated:
             result["route"] = self.pools.plain_first()[0]
             result["reasons"].insert(0, f"gate_responses is off: /v1/responses is passed through to "

@@ -112,3 +112,30 @@ def test_the_live_plan_closes_a_deliberate_error_in_its_step_times() -> None:
                                 quantile="0.5")
         if predicted and observed:  # a pool the routing sent enough to
             assert predicted == pytest.approx(observed, rel=0.5), pool
+
+
+def test_explain_gives_the_draft_law_for_the_requests_kind_where_the_live_plan_routes_it() -> None:
+    from draftgate.proxy.cli.explain import render
+
+    tool = {"model": MODEL, "messages": [{"role": "user", "content": "Weather in Paris?"}], "tool_choice": "required",
+            "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {
+                "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}],
+            "temperature": 0}
+    with stack(48, plan_interval=1.0, assignment_interval=0.5) as st:
+        assert httpx.post(f"{st.proxy.url}/draftgate/explain", json=tool).json()["plan_law"] is None  # no plan yet
+
+        def planned() -> dict[str, object] | None:
+            for i in range(4):
+                httpx.post(f"{st.proxy.url}/v1/chat/completions", timeout=60, json=tool if i % 2 else {
+                    "model": MODEL, "messages": [{"role": "user", "content": f"A story {i}"}], "max_tokens": 30})
+            result = httpx.post(f"{st.proxy.url}/draftgate/explain", json=tool).json()
+            return result if result["plan_law"] is not None else None
+
+        deadline, result = time.monotonic() + 30, None
+        while result is None and time.monotonic() < deadline:
+            result = planned()
+    assert result is not None, "no plan within 30 s"
+    law = result["plan_law"]
+    assert law["kind"] == result["kind"] == "tool" and law["pool"] in ("spec-on", "spec-off")
+    assert law["w_s"] > 0.5 and law["batch"] > 0 and law["summary"].startswith(f"tool on {law['pool']}")
+    assert f"fleet plan: {law['summary']}" in render(result)

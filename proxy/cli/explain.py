@@ -65,6 +65,7 @@ def render(result: dict[str, Any]) -> str:
           f"{p['predicted_tpot'] * 1000:.0f} ms per token{'' if p['meets_targets'] else ', misses a latency target'})"
           + (f" ({p['note']})" if p["note"] else "") for p in result["pools"]),
         *_outcomes(result),
+        *_plan_law(result),
         "reasons:",
         *(f"  - {reason}" for reason in result["reasons"]),
     ]
@@ -87,6 +88,13 @@ def _outcomes(result: dict[str, Any]) -> list[str]:
     return [f"priced over two outcomes, a call (p {p_call:.2f}) or an answer without one (p {1 - p_call:.2f}):",
             *(f"  - {p['pool']}: {p['if_call_seconds']:.2f} GPU-s if it calls, "
               f"{p['if_answer_seconds']:.2f} if it answers" for p in pools)]
+
+
+def _plan_law(result: dict[str, Any]) -> list[str]:
+    """The fleet plan's Draft Law for the request's kind, at the batch its pool runs (a live proxy's
+    explain, once it has planned)."""
+    law = result.get("plan_law")
+    return [] if law is None else [f"fleet plan: {law['summary']}"]
 
 
 # The quick-start pools, named as `draftgate serve --spec-on --spec-off` names them;

@@ -193,32 +193,18 @@ def run(args: argparse.Namespace) -> int:
     laws = fleet.law_by_kind(plan.best, traffic, calibration, candidates)
     if args.json:
         print(json.dumps({**_as_json(traffic, plan, args.gpus, targets, objective), "gpus_the_traffic_fills": needed,
-                          "law_by_kind": [_law_json(law) for law in laws]}, indent=2))
+                          "law_by_kind": [law.as_dict() for law in laws]}, indent=2))
         return 0
     print(_report(traffic, plan, args.gpus, targets, objective, calibration.is_default))
     if laws:
         print("\nThe Draft Law per kind, at the batch its pool runs in the plan (w_S: the schema-bound share of its "
               "output; w_S*: the share at which speculation breaks even):")
-        print("\n".join(f"  {_law_line(law)}" for law in laws))
+        print("\n".join(f"  {law.describe()}" for law in laws))
     if needed < args.gpus / 2:
         print(f"\nNote: the traffic seen ({traffic.requests_per_second:.2f} requests/s) fills about {needed} of the "
               f"{args.gpus} GPUs within the targets; most of the rest would idle. For a fleet that grows with load, "
               "--objective cost.")
     return 0
-
-
-def _law_line(law: Any) -> str:
-    where = f"{law.kind} on {law.pool} (batch {law.batch:.1f}): w_S {law.w_s:.2f}"
-    if law.w_s_star is None:
-        return f"{where}; w_S* for {law.drafter} undefined: {law.reason}"
-    verdict = "speculation pays" if law.pays else "speculation costs capacity"
-    return f"{where} against w_S* {law.w_s_star:.2f} for {law.drafter}: {verdict}"
-
-
-def _law_json(law: Any) -> dict[str, Any]:
-    return {"kind": law.kind, "pool": law.pool, "drafter": law.drafter, "batch": round(law.batch, 3),
-            "w_s": round(law.w_s, 4), "w_s_star": None if law.w_s_star is None else round(law.w_s_star, 4),
-            "pays": law.pays, "reason": law.reason}
 
 
 def _gpus_needed(traffic: Any, plan: Any) -> int:
