@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -103,6 +104,22 @@ def test_capacity_is_found_where_attainment_crosses_the_threshold() -> None:
     assert measured[:4] == [0.5, 1.0, 2.0, 4.0] and len(measured) == 7  # the grid, then three halvings
     assert search(lambda r: _point(r, 1.0), [1.0, 2.0]).bounded is False
     assert search(lambda r: _point(r, 0.5), [1.0, 2.0]).rate == 0.0
+
+
+def test_the_grid_stops_past_a_rate_the_fleet_is_far_from_carrying() -> None:
+    """Far past saturation every fleet misses and its runs cost the most: the heavier rates are not run,
+    and count as missing the targets."""
+    measured: list[float] = []
+
+    def measure(per_gpu: float) -> Point:  # searched per GPU, reported over a fleet of two
+        measured.append(per_gpu)
+        return replace(_point(per_gpu, {0.5: 1.0, 1.0: 0.995, 2.0: 0.4}.get(per_gpu, 0.97)), rps=per_gpu * 2)
+
+    capacity = search(measure, [0.5, 1.0, 2.0, 4.0, 8.0], steps=1)
+    assert measured[:3] == [0.5, 1.0, 2.0] and 4.0 not in measured and 8.0 not in measured
+    assert 1.0 < capacity.rate < 2.0 and measured[3] == 1.5  # the bisection still runs
+    skipped = capacity.at(16.0)
+    assert skipped.requests == 0 and skipped.attainment == 0.0 and math.isnan(skipped.tpot_p99)
 
 
 def test_calibration_in_simulation_fits_every_pool_and_a_lookups_own_copy_coefficients() -> None:

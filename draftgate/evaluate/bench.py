@@ -173,7 +173,7 @@ def bank_of(seed: int, hardware: str = "") -> Bank:
 def simulate(unit: Unit, rate: float, requests: int, targets: Targets, split: mix.Split = "verdict") -> Run:
     """``unit``'s fleet from empty under ``rate`` requests a second (over the fleet) of ``split``."""
     bank = bank_of(unit.seed, unit.hardware)
-    schedule = schedule_for(rate, requests)
+    schedule = schedule_for(rate, requests, targets)
     sim = Simulation(unit.fleet, bank, _settings(unit, targets), unit.calibration, unit.seed, MAX_NUM_SEQS)
     traffic = OpenLoop(mix.stream(split, unit.seed, unit.weights, unit.traffic), bank, rate,
                        mix.requests_per_item(split, unit.weights, unit.traffic), schedule, unit.seed)

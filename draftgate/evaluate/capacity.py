@@ -2,8 +2,9 @@
 meet the latency targets, found by search over the rate (as Vidur-Search finds it).
 
 A rate's figures come from one simulated run of the fleet from empty: seeded
-Poisson arrivals of the mix, a warm-up, a measurement window sized to hold
-``requests`` arrivals, a cool-down, then the drain (``traffic.Schedule``).
+Poisson arrivals of the mix, a warm-up as long as a long answer takes at the
+targets, a measurement window sized to hold ``requests`` arrivals, as long a
+cool-down, then the drain (``traffic.Schedule``).
 Every strategy of a seed replays the same arrivals at a rate. The search
 measures a grid of rates first (the figures every strategy reports), then
 halves the bracket where attainment crosses the threshold, and interpolates
@@ -21,15 +22,31 @@ from draftgate.evaluate.traffic import Schedule
 
 ATTAINMENT = 0.99  # share of requests that must meet the targets at capacity
 LONGEST_WINDOW_SECONDS = 150.0  # at light load a window holds fewer requests: nearly all meet the targets
+# a long answer's output tokens (about the built-in mix's 90th percentile): how long the runs' margins are
+STEADY_TOKENS = 400
+MARGIN_LIMIT_SECONDS = 150.0
+FAR_PAST = 0.5  # attainment below which the heavier rates of a search's grid are not run
 DRAIN_LIMIT_SECONDS = 120.0  # a fleet far past saturation is cut off; what it has not answered missed the targets
 
 
-def schedule_for(rate: float, requests: int) -> Schedule:
-    """A run of ``requests`` measured arrivals at ``rate``: a warm-up longer than most requests take, so the
-    window sees the steady state, and as long a cool-down (shorter at high rates, where a few hundred
-    arrivals fill the fleet)."""
-    margin = min(15.0, max(8.0, 300.0 / rate))
+def schedule_for(rate: float, requests: int, targets: Targets) -> Schedule:
+    """A run of ``requests`` measured arrivals at ``rate``, with a warm-up before the window and as long a
+    cool-down after it (``margin_for``)."""
+    margin = margin_for(rate, targets)
     return Schedule(margin, min(requests / rate, LONGEST_WINDOW_SECONDS), margin)
+
+
+def margin_for(rate: float, targets: Targets) -> float:
+    """Seconds of arrivals before the window and after it, so that the window sees the fleet in its
+    steady state and its requests finish under the same load.
+
+    A fleet with room in its batch (vLLM's max_num_seqs is 1,024) answers too much traffic by
+    batching more, not by queueing: the batch grows as requests arrive faster than they finish, and
+    each step slows. It settles only once the requests in flight are as old as a request lasts, and a
+    long answer lasts ``STEADY_TOKENS`` times the step time the targets allow: 20 s under a 50 ms TPOT
+    target, 120 s under 300 ms. A shorter run measures the batch still growing, and passes a rate the
+    fleet cannot keep up with. At light load a few hundred arrivals are the floor."""
+    return min(MARGIN_LIMIT_SECONDS, max(8.0, min(15.0, 300.0 / rate), STEADY_TOKENS * targets.tpot))
 
 
 @dataclass(frozen=True)
@@ -74,6 +91,13 @@ def point(run: Run, rps: float, targets: Targets) -> Point:
     )
 
 
+def not_run(rps: float) -> Point:
+    """A rate not run, past one the fleet was far from carrying: it counts as missing the targets, with
+    no latencies and no cost."""
+    nothing = math.nan
+    return Point(rps, 0, 0.0, nothing, nothing, nothing, nothing, nothing, nothing, nothing)
+
+
 def _tpot(served: Served) -> float:
     return served.tpot if served.finished else math.inf
 
@@ -95,10 +119,19 @@ def search(measure: Callable[[float], Point], grid: list[float], steps: int = 3,
     (ascending), then ``steps`` halvings of the bracket where attainment falls below it, then linear
     interpolation within the last bracket.
 
+    A rate of the grid heavier than one where fewer than ``FAR_PAST`` of the requests met the targets
+    is not run (``not_run``): far past saturation every fleet misses, and its runs cost the most.
+
     Attainment falls with the rate, but a run's is a sample, and a dip at one rate below a pass at the
     next is noise: the grid's bracket and the last interpolation are taken on the measurements made
     monotone (``_falling``), so one unlucky run does not set the capacity."""
-    points = {rate: measure(rate) for rate in grid}
+    points: dict[float, Point] = {}
+    for rate in sorted(grid):
+        last = max(points, default=None)
+        if last is not None and points[last].attainment < FAR_PAST:
+            points[rate] = not_run(rate * points[last].rps / last)  # in the units ``measure`` reports rates in
+        else:
+            points[rate] = measure(rate)
     low, high = _bracket(points, threshold)
     if high is None:
         return Capacity(max(points), tuple(points[r] for r in sorted(points)), False)

@@ -78,7 +78,7 @@ def run(given: RealPools, rates: tuple[float, ...], requests: int, targets: Targ
         for name, (url, gpus, composition) in endpoints.items():
             def measure(per_gpu: float, url: str = url, gpus: int = gpus, name: str = name) -> Point:
                 rate = per_gpu * gpus
-                schedule = schedule_for(rate, requests)
+                schedule = schedule_for(rate, requests, targets)
                 say(f"  {name}: {rate:g} requests a second for about {schedule.arrivals_end:.0f} s")
                 replayed = asyncio.run(replay(url, items, rate, per_item, schedule, seed))
                 window = Window(*schedule.measured)

@@ -10,9 +10,11 @@ verdict uses: the calibration split of the traffic, on the engine profile
 calibration fitted (``calibrate.hardware_fit``). The plan knows the pools only
 from what calibration measured; the seed's own profile is never read.
 
-It recommends a split only where the split served more than the best single
-configuration by more than ``MARGIN``, and its prediction for the fleet it
-recommends is what the trial measured.
+The trial has its own error: the calibration split is a sample, and where a
+few of its requests decide a p99 every configuration can come out alike. So
+the model's best single fleet stands unless another fleet, single or split,
+served more than it by more than ``MARGIN`` in the trial; the plan's
+prediction for the fleet it recommends is what the trial measured.
 """
 
 from __future__ import annotations
@@ -30,9 +32,9 @@ SINGLES_TRIED = 6  # at most, the model's best first
 SPLITS_TRIED = 2  # the model's best splits tried beside the single configurations
 SEARCH_FACTORS = (0.5, 0.7, 0.85, 1.0, 1.2)  # the trial's rate grid, in multiples of the model's capacity
 WIDEN, WIDENINGS = 1.4, 6  # the grid grows by this factor where it did not bracket the capacity, so often at most
-# a split must serve this much more than the best single configuration in its trial. It is about the
-# trial's error against the verdict at 8 GPUs under interactive targets, where splits pay; elsewhere the
-# error is larger (docs/plan.md), and a margin that large would rule out those splits too
+# a fleet must serve this much more than the model's best single fleet in its trial to replace it. It is
+# about the trial's error against the verdict at 8 GPUs under interactive targets, where splits pay;
+# elsewhere the error is larger (docs/plan.md), and a margin that large would rule out those splits too
 MARGIN = 0.10
 
 
@@ -47,7 +49,6 @@ class Choice:
     """The fleet the gate runs, with the trial's measurement of it as its ``capacity``."""
 
     best: Composition
-    best_homogeneous: Composition  # likewise, the best single configuration as tried
     best_split: Composition | None  # likewise, the best split tried (None: none was)
     tried: tuple[Tried, ...]
 
@@ -70,13 +71,15 @@ def shortlist(recommendation: Recommendation) -> list[Composition]:
 
 def choose(recommendation: Recommendation, capacity_of: Callable[[Composition], float],
            margin: float = MARGIN) -> Choice:
-    """The shortlist tried with ``capacity_of`` (requests a second over the fleet); the best single
-    configuration unless a split beat it by more than ``margin``."""
+    """The shortlist tried with ``capacity_of`` (requests a second over the fleet): the model's best
+    single fleet, unless another fleet served more than it by more than ``margin``; then the one that
+    served the most."""
     tried = tuple(Tried(c, capacity_of(c)) for c in shortlist(recommendation))
-    single = max((t for t in tried if t.composition.homogeneous), key=lambda t: t.capacity)
+    incumbent = tried[0]  # the shortlist puts the model's best single fleet first
+    challenger = max(tried[1:], key=lambda t: t.capacity, default=incumbent)
+    chosen = challenger if challenger.capacity > incumbent.capacity * (1.0 + margin) else incumbent
     split = max((t for t in tried if not t.composition.homogeneous), key=lambda t: t.capacity, default=None)
-    chosen = split if split is not None and split.capacity > single.capacity * (1.0 + margin) else single
-    return Choice(_measured(chosen), _measured(single), None if split is None else _measured(split), tried)
+    return Choice(_measured(chosen), None if split is None else _measured(split), tried)
 
 
 def _measured(tried: Tried) -> Composition:

@@ -101,6 +101,8 @@ def summary(results: Sequence[UnitResult], setups: Sequence[SeedSetup], targets:
             entry["plan_error_by_seed"] = [round(p.capacity / gpus / c - 1, 4) if p is not None and c > 0 else None
                                            for p, c in zip(plans, capacities)]
             entry["plan"] = Counter(p.name for p in plans if p is not None).most_common(1)[0][0]
+            if any(p is not None and p.name != entry["plan"] for p in plans):
+                entry["plans_by_seed"] = {str(r.unit.seed): p.name for r, p in zip(found, plans) if p is not None}
         same = {r.same_as for r in found}
         if same != {None}:
             # a gate in front of one configuration routes every request to it, and two gates on one fleet
@@ -249,6 +251,9 @@ def capacity_table(summary_: dict[str, Any]) -> str:
             continue
         pools = ", ".join(f"{pool} x{n}" for pool, n in gate["composition"].items())
         line = f"  the gate's fleet on {size} GPUs: {pools}"
+        if "plans_by_seed" in gate:
+            by_seed = gate["plans_by_seed"]
+            line += f" on {sum(p == gate['plan'] for p in by_seed.values())} of {len(by_seed)} seeds"
         if "plan_predicted_capacity_rps_per_gpu" in gate:  # real pools: the gate's fleet is what was given
             line += (f" (its plan predicted {gate['plan_predicted_capacity_rps_per_gpu']['mean']:.2f} per GPU, "
                      f"measured {gate['capacity_rps_per_gpu']['mean']:.2f}; {_errors(gate)})")
@@ -258,7 +263,8 @@ def capacity_table(summary_: dict[str, Any]) -> str:
 
 def rates_table(summary_: dict[str, Any]) -> str:
     """p99 TPOT and attainment at each rate, per fleet size and strategy."""
-    lines = ["p99 time per output token (ms) / share within the targets, by arrival rate per GPU:"]
+    lines = [("p99 time per output token (ms) / share within the targets, by arrival rate per GPU (-/0.000 "
+              "where not run: past a rate at which fewer than half the requests met the targets):")]
     for size, fleet in summary_["fleets"].items():
         strategies = fleet["strategies"]
         first = next(iter(strategies.values()))
@@ -341,7 +347,11 @@ def findings(summary_: dict[str, Any]) -> list[str]:
                    f"{verb} {abs(change):.1%} {'more' if change >= 0 else 'less'} than the best homogeneous fleet, "
                    f"{best_name} ({g['mean']:.2f} against {b['mean']:.2f} requests a second per GPU; "
                    + ("beyond" if spread else "within") + f" the spread between seeds; {_paired(g, b)}).")
-        if len(gate["composition"]) == 1:
+        by_seed = gate.get("plans_by_seed", {})
+        if by_seed:
+            out.append("  Its plans differ between seeds: " + "; ".join(f"seed {seed} {plan}"
+                                                                         for seed, plan in by_seed.items()) + ".")
+        elif len(gate["composition"]) == 1:
             out.append("  Its plan found no split better at this size: it recommends one configuration, and the gate "
                        "only balances it.")
         split = strategies.get(GATE_SPLIT)
