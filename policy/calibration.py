@@ -195,6 +195,11 @@ class PoolCalibration(BaseModel):
     # on this pool; the committed ones (copying.RATES) where absent
     copy_rates: CopyCoefficients | None = None
 
+    def draft_cost_with(self, configured: float | None) -> float:
+        """The drafter's cost d: the pool's configured value where its configuration gives one, else
+        what calibration measured."""
+        return configured if configured is not None else self.draft_cost
+
 
 class Calibration(BaseModel):
     """Everything the gate needs, for one target model."""

@@ -63,7 +63,7 @@ import numpy as np
 from draftgate.policy import copying, law
 from draftgate.policy.assignment import Capacity
 from draftgate.policy.calibration import Calibration
-from draftgate.policy.gate import PoolView, drafted_per_round, predicted_taus
+from draftgate.policy.gate import PoolView, drafted_per_round, predicted_taus, step_seconds
 
 MAX_POOLS = 2  # pools a recommended fleet is split into, at most: each more multiplies the compositions weighed
 
@@ -112,6 +112,7 @@ class Candidate:
     max_num_seqs: int = 1024
     max_num_batched_tokens: int = 8192
     draft_prefill_ratio: float = 0.0  # a draft model prefills the prompt too
+    draft_cost: float | None = None  # the drafter's cost d as the pool is configured (None: calibration's)
     # the running pool's steps, observed over what the calibration predicts (``plan_feedback``): 1 until the
     # proxy has timed the pool against a plan
     step_scale: float = 1.0
@@ -129,8 +130,8 @@ class Candidate:
     def view(self, running: float) -> PoolView:
         """The gate's view of one of its GPUs with ``running`` requests."""
         depth = self.depth_at(running) if self.method is not None else 0
-        return PoolView(self.name, self.method if depth > 0 else None, gamma=depth, running=running,
-                        max_num_seqs=self.max_num_seqs, lookup=self.lookup,
+        return PoolView(self.name, self.method if depth > 0 else None, gamma=depth, draft_cost=self.draft_cost,
+                        running=running, max_num_seqs=self.max_num_seqs, lookup=self.lookup,
                         draft_prefill_ratio=self.draft_prefill_ratio)
 
 
@@ -256,11 +257,11 @@ def _rounds(pool: _Pool, candidate: Candidate, calibration: Calibration, depth: 
 
 
 def _step(calibration: Calibration, candidate: Candidate, depth: int, batch: float, drafted: float) -> float:
-    c_t = calibration.target_pass_seconds(batch) * candidate.step_scale
-    if depth <= 0 or candidate.method is None:
-        return c_t
-    cal = calibration.pool(candidate.name, depth, candidate.method)
-    return c_t * law.round_cost(drafted, cal.delta(batch), cal.draft_cost)
+    """A step of ``batch`` sequences at ``depth``, priced as the gate prices it (``gate.step_seconds``),
+    scaled by what the running pool's answers showed (``step_scale``)."""
+    view = PoolView(candidate.name, candidate.method if depth > 0 else None, gamma=depth,
+                    draft_cost=candidate.draft_cost)
+    return step_seconds(calibration, view, batch, drafted if depth > 0 else None) * candidate.step_scale
 
 
 def gpu_load(kinds: Sequence[Kind], candidate: Candidate, calibration: Calibration, rate: float,
@@ -632,7 +633,7 @@ def law_by_kind(composition: Composition, traffic: Traffic, calibration: Calibra
         batch = load.batch if load is not None and math.isfinite(load.batch) else 1.0
         depth = against.depth_at(max(1.0, batch)) or against.gamma
         cal = calibration.pool(against.name, depth, against.method)
-        drafter = law.Drafter(depth, cal.delta(max(1.0, batch)), cal.draft_cost)
+        drafter = law.Drafter(depth, cal.delta(max(1.0, batch)), cal.draft_cost_with(against.draft_cost))
         view = PoolView(against.name, against.method, gamma=depth, lookup=against.lookup)
         for name in plan.kinds:
             kind = traffic.kind(name)

@@ -206,7 +206,7 @@ def pool_cost(
     if pool.speculative and not estimate.speculation_unsupported:
         cal = calibration.pool(pool.name, pool.gamma, pool.method)
         measured = min(measured, cal.delta.measured_up_to)
-        d = pool.draft_cost if pool.draft_cost is not None else cal.draft_cost
+        d = cal.draft_cost_with(pool.draft_cost)
         taus = predicted_taus(calibration, pool, estimate.temperature, estimate.copyable)
         drafted = drafted_per_round(calibration, pool, taus, mix)
         # the span form's saving, from inputs calibration and configuration have validated
@@ -269,7 +269,7 @@ def step_seconds(calibration: Calibration, pool: PoolView, running: float, draft
     if not pool.speculative:
         return c_t
     cal = calibration.pool(pool.name, pool.gamma, pool.method)
-    d = pool.draft_cost if pool.draft_cost is not None else cal.draft_cost
+    d = cal.draft_cost_with(pool.draft_cost)
     return c_t * law.round_cost(pool.gamma if drafted is None else drafted, cal.delta(running), d)
 
 
@@ -453,7 +453,7 @@ def _break_even(estimate: StructureEstimate, pool: PoolView | None, taus: dict[s
     if pool is None or not pool.speculative:
         return None, "no speculative pool"
     cal = calibration.pool(pool.name, pool.gamma, pool.method)
-    d = pool.draft_cost if pool.draft_cost is not None else cal.draft_cost
+    d = cal.draft_cost_with(pool.draft_cost)
     drafter = law.Drafter(pool.gamma, cal.delta(pool.running + 1.0), d)
     if estimate.speculation_unsupported:  # its cost carries no taus: the pool would not speculate
         taus = predicted_taus(calibration, pool, estimate.temperature, estimate.copyable)

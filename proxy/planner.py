@@ -160,7 +160,8 @@ def candidate_of(name: str, speculation: SpeculationConfig | None, max_num_seqs:
     return fleet.Candidate(name, speculation.method, speculation.gamma, speculation.lookup,
                            tuple(tuple(row) for row in speculation.num_speculative_tokens_per_batch_size),
                            max_num_seqs, max_num_batched_tokens,
-                           speculation.draft_prefill_ratio if speculation.method == "draft_model" else 0.0)
+                           speculation.draft_prefill_ratio if speculation.method == "draft_model" else 0.0,
+                           speculation.draft_cost)
 
 
 @dataclass(frozen=True)

@@ -177,8 +177,7 @@ class Recorder:
         if tau_obs is None:
             return None, None
         cal = calibration.pool(pool.name, spec.gamma, spec.method)
-        drafter = law.Drafter(spec.gamma, cal.delta(batch), spec.draft_cost if spec.draft_cost is not None
-                              else cal.draft_cost)
+        drafter = law.Drafter(spec.gamma, cal.delta(batch), cal.draft_cost_with(spec.draft_cost))
         tau_obs = min(tau_obs, float(spec.gamma))
         modelled = law.saving_from_tau(tau_obs, drafter)
         m.tau_observed.labels(**labels, source=source).observe(tau_obs)
@@ -331,7 +330,7 @@ class Recorder:
             if spec is None:
                 continue
             pc = cal.pool(pool.name, spec.gamma, spec.method)
-            d = spec.draft_cost if spec.draft_cost is not None else pc.draft_cost
+            d = pc.draft_cost_with(spec.draft_cost)
             m.calibration_parameter.labels(model=model, parameter=f"draft_cost:{pool.name}").set(d)
             for band, b in BAND_POINTS.items():
                 drafter = law.Drafter(spec.gamma, pc.delta(b), d)

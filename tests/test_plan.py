@@ -3,6 +3,7 @@ routing that follows it through the proxy, and ``draftgate plan`` on a log the p
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
@@ -102,6 +103,28 @@ def test_the_law_per_kind_sets_its_schema_share_against_the_break_even_at_its_po
     assert on_plain["prose"].pool == "plain" and on_plain["prose"].drafter == "eagle3"
     # an EAGLE head drafts so cheaply at a small batch that it pays with no schema-bound share at all
     assert on_plain["prose"].w_s_star == 0.0 and on_plain["prose"].pays is True
+
+
+def test_the_plan_prices_a_step_as_the_gate_does_with_the_configured_draft_cost() -> None:
+    """A pool configured with its own draft cost d is priced with it by the gate and by the plan alike:
+    the plan's step is the gate's ``step_seconds``, and a dearer drafter carries less."""
+    from draftgate.policy.gate import PoolView, step_seconds
+
+    dear = dataclasses.replace(DRAFT8, draft_cost=0.6)
+    view = dear.view(12.0)
+    assert view.draft_cost == 0.6
+    assert step_seconds(CAL, view, 12.0) > step_seconds(CAL, DRAFT8.view(12.0), 12.0)
+    assert fleet._step(CAL, dear, 8, 12.0, 8.0) == pytest.approx(step_seconds(CAL, PoolView(
+        "draft-k8", "draft_model", gamma=8, draft_cost=0.6), 12.0, 8.0))
+    traffic = fleet.Traffic(3.0, kinds())
+    cheap_plan = fleet.evaluate([fleet.PoolPlan(DRAFT8, 2, ("tool", "prose"))], traffic, CAL, TARGETS)
+    dear_plan = fleet.evaluate([fleet.PoolPlan(dear, 2, ("tool", "prose"))], traffic, CAL, TARGETS)
+    assert dear_plan.capacity < cheap_plan.capacity
+    laws = fleet.law_by_kind(dear_plan, traffic, CAL, [PLAIN, dear])
+    cheap_laws = fleet.law_by_kind(cheap_plan, traffic, CAL, [PLAIN, DRAFT8])
+    prose = next(law for law in laws if law.kind == "prose")
+    assert prose.w_s_star is not None and prose.w_s_star > next(
+        law for law in cheap_laws if law.kind == "prose").w_s_star  # a dearer drafter needs more to copy
 
 
 def test_a_dynamic_k_table_is_priced_at_the_depth_its_batch_sets_and_lookup_drafters_by_what_they_copy() -> None:
