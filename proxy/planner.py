@@ -207,6 +207,7 @@ def plan_fleet(inputs: FleetInputs, recommend: bool = True) -> FleetPlan:
     if kinds <= set(routed) and {routed[k] for k in kinds} <= {c.name for c, _ in inputs.running}:
         now = fleet.evaluate([fleet.PoolPlan(c, n, tuple(k for k in sorted(kinds) if routed[k] == c.name))
                               for c, n in inputs.running], inputs.traffic, inputs.calibration, inputs.targets)
+
     def law_of(composition: fleet.Composition | None) -> tuple[fleet.KindLaw, ...]:
         if composition is None:
             return ()
