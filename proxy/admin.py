@@ -116,7 +116,7 @@ class Explanation(_Strict):
                     "gate's costs alone, or a reason stronger than the assignment, decided)")
     plan_law: KindLawTerms | None = Field(
         None, description="the Draft Law for the request's kind where the fleet plan routes it, at the batch "
-                          "that pool runs (absent until the proxy has planned)")
+                          "that pool runs (null until the proxy has planned)")
 
 
 class Reloaded(_Strict):

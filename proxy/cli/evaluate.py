@@ -12,8 +12,8 @@ if TYPE_CHECKING:
     from draftgate.evaluate.bench import Options
     from draftgate.evaluate.simulation import Targets
 
-MIN_REQUESTS_PER_GPU = 50  # a run that brings each replica fewer requests never loads it
-REQUESTS_PER_GPU = 75  # measured per run by default, for each replica of the largest fleet (600 at least)
+MIN_REQUESTS_PER_REPLICA = 50  # a run that brings each replica fewer requests never loads it
+REQUESTS_PER_REPLICA = 75  # measured per run by default, for each replica of the largest fleet (600 at least)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ttft-target-ms", type=float, help="p99 time to first token (default 2000)")
     parser.add_argument("--tpot-target-ms", type=float, help="p99 time per output token (default 50)")
     parser.add_argument("--requests", type=int, help="requests measured per run (default 600, or more for a large "
-                        f"fleet: {REQUESTS_PER_GPU} for each replica of the largest)")
+                        f"fleet: {REQUESTS_PER_REPLICA} for each replica of the largest)")
     parser.add_argument("--burst", type=int, default=64, help="requests per GPU of the burst; 0 leaves it out")
     parser.add_argument("--workers", type=int, default=0, help="processes running the simulations (default: "
                                                                 "one per core); the figures do not depend on it")
@@ -146,10 +146,11 @@ def _resolve_requests(args: argparse.Namespace, replicas: int) -> None:
     """``--requests``, by default grown with the largest fleet, and refused where it never loads one
     (counted in replicas: a tensor-parallel replica takes a request on all its GPUs at once)."""
     if args.requests is None:
-        args.requests = max(600, REQUESTS_PER_GPU * replicas)
-    if args.requests < MIN_REQUESTS_PER_GPU * replicas:
-        raise CliError(f"a fleet of {replicas} replicas needs --requests of at least {MIN_REQUESTS_PER_GPU * replicas}:"
-                       f" with {args.requests}, its GPUs are never loaded")
+        args.requests = max(600, REQUESTS_PER_REPLICA * replicas)
+    if args.requests < MIN_REQUESTS_PER_REPLICA * replicas:
+        least = MIN_REQUESTS_PER_REPLICA * replicas
+        raise CliError(f"a fleet of {replicas} replicas needs --requests of at least {least}: with {args.requests}, "
+                       "its GPUs are never loaded")
 
 
 def _grid(options: Options) -> int:
