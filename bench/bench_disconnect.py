@@ -29,8 +29,8 @@ from urllib.parse import urlsplit
 import httpx
 
 from bench.bench_proxy import pct, route_of
-from draftgate.proxy.monitor import parse_vllm_metrics
 from draftgate.servers import NO_THINKING, ServerProcess
+from draftgate.vllm_metrics import parse_vllm_metrics
 
 TARGET_MS = 200.0
 POLL_SECONDS = 0.005

@@ -152,7 +152,7 @@ def serve_traced(out: Path, argv: list[str]) -> None:
         tmp.replace(out)
 
     signal.signal(signal.SIGUSR1, dump)
-    from draftgate.proxy.cli.main import main
+    from draftgate.cli.main import main
 
     sys.exit(main(argv))
 

@@ -4,7 +4,8 @@ speculation on or off.
 
 - ``draftgate.policy``: the Draft Law, the request-structure estimator, the
   calibration model and the gate's decision; pure logic, no I/O.
-- ``draftgate.proxy``: the FastAPI service and the ``draftgate`` command.
+- ``draftgate.proxy``: the FastAPI service.
+- ``draftgate.cli``: the ``draftgate`` command, one module per subcommand.
 - ``draftgate.emulator``: an emulated vLLM server, for tests, the demo and
   evaluation without a GPU.
 - ``draftgate.calibrate``: the four-arm calibration protocol.

@@ -1,5 +1,5 @@
 """``python -m draftgate`` is the ``draftgate`` command."""
 
-from draftgate.proxy.cli.main import main
+from draftgate.cli.main import main
 
 raise SystemExit(main())

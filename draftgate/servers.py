@@ -89,7 +89,7 @@ class ServerProcess:
     """``draftgate <subcommand> ...`` as a child process (or ``python -m <module> ...``)."""
 
     def __init__(self, args: list[str], port: int | None = None, health_timeout: float = 60.0,
-                 module: str = "draftgate.proxy.cli.main", ca_file: str | None = None, open_files: int | None = None,
+                 module: str = "draftgate.cli.main", ca_file: str | None = None, open_files: int | None = None,
                  env: dict[str, str] | None = None) -> None:
         """``ca_file``: the server serves https with a certificate this CA bundle verifies.
         ``open_files``: the soft open-files limit the process starts with, as a container runtime sets it.

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import socket
 import time
 from collections.abc import Callable
@@ -14,55 +13,9 @@ from draftgate.proxy.config import ProxySettings
 from draftgate.proxy.pools import Pool, PoolSet, Replica
 from draftgate.proxy.shared_state import SharedState
 from draftgate.proxy.upstream import UpstreamClient, UpstreamError, UpstreamTimeout
+from draftgate.vllm_metrics import parse_vllm_metrics
 
 log = logging.getLogger("draftgate.monitor")
-
-# vLLM series the proxy reads, summed over label sets
-SCRAPED = {
-    "vllm:num_requests_running": "running",
-    "vllm:num_requests_waiting": "waiting",
-    "vllm:kv_cache_usage_perc": "kv_usage",
-    "vllm:spec_decode_num_drafts": "num_drafts",
-    "vllm:spec_decode_num_draft_tokens": "num_draft_tokens",
-    "vllm:spec_decode_num_accepted_tokens": "num_accepted_tokens",
-    "vllm:generation_tokens": "generation_tokens",
-    "vllm:prefix_cache_queries": "prefix_cache_queries",
-    "vllm:prefix_cache_hits": "prefix_cache_hits",
-}
-
-
-def parse_vllm_metrics(text: str) -> dict[str, float]:
-    """Sum the samples of the series in SCRAPED; every other line is skipped unread.
-
-    A full parser (prometheus_client's) took 7 ms for the emulator's 16 KB
-    exposition, all of it on the event loop that serves requests, and a real
-    vLLM exposition carries more histograms still. Only the few lines named
-    here are looked at. Counters are exposed as ``<name>_total``; ``_created``
-    samples are timestamps, not values.
-    """
-    values: dict[str, float] = {}
-    for line in text.split("\n"):
-        if not line.startswith("vllm:"):
-            continue
-        brace = line.find("{")
-        if brace >= 0:
-            name, rest = line[:brace], line[line.rfind("}") + 1:]
-        else:
-            name, _, rest = line.partition(" ")
-        key = SCRAPED.get(name)
-        if key is None and name.endswith("_total"):
-            key = SCRAPED.get(name[:-6])
-        if key is None:
-            continue
-        fields = rest.split()
-        if not fields:
-            raise ValueError(f"metric line without a value: {line[:80]!r}")
-        value = float(fields[0])
-        if not math.isfinite(value):  # one NaN would poison every cost worked out from this pool's load
-            continue
-        values[key] = values.get(key, 0.0) + value
-    return values
-
 
 class Monitor:
     """The proxy's background tasks; ``settings`` is asked afresh each round, so a reload applies."""

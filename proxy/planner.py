@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
+from draftgate.calibration_file import load_calibration
 from draftgate.policy import fleet
 from draftgate.policy.assignment import Assignment, Capacity, Turns, spill
 from draftgate.policy.calibration import Calibration, CalibrationError
@@ -33,7 +34,6 @@ from draftgate.policy.structure import (
 )
 from draftgate.policy.structure.learner import shared_shape_key
 from draftgate.proxy.affinity import AffinityTable, Conversation, Match
-from draftgate.proxy.calibration_file import load_calibration
 from draftgate.proxy.callers import Caller, seconds
 from draftgate.proxy.config import ConfigError, ModelPolicy, ProxySettings, SpeculationConfig
 from draftgate.proxy.endpoints import BY_NAME

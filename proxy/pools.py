@@ -54,7 +54,7 @@ class Replica:
         self.started += 1
 
     def took_scrape(self, values: dict[str, float], finished_before: int, now: float) -> None:
-        """What a scrape of its ``/metrics`` read (``monitor.parse_vllm_metrics``), taken as its load;
+        """What a scrape of its ``/metrics`` read (``draftgate.vllm_metrics.parse_vllm_metrics``), taken as its load;
         ``finished_before``: requests seen to finish here before the scrape left, the rest may still be
         in what it read."""
         self.finished_since_scrape = max(0, self.finished_since_scrape - finished_before)

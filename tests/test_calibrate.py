@@ -13,13 +13,13 @@ import yaml
 from draftgate.calibrate import protocol
 from draftgate.calibrate.hardware_fit import fit_hardware
 from draftgate.calibrate.report import verdicts, write_report
+from draftgate.calibration_file import load_calibration, save_calibration
 from draftgate.emulator.engine import SpecConfig
 from draftgate.emulator.faults import Faults
 from draftgate.emulator.physics import Work, step_time
 from draftgate.emulator.profile import EngineProfile
 from draftgate.policy.gate import PoolView, predicted_taus
 from draftgate.proxy.app import create_app
-from draftgate.proxy.calibration_file import load_calibration, save_calibration
 from draftgate.proxy.config import load_settings
 from draftgate.workloads.agent import mixed_requests
 from tests.conftest import emulator
@@ -186,17 +186,17 @@ def test_each_speculation_pool_gets_its_own_fit_labelled_with_its_method_and_dep
 
 
 def test_cli_errors_are_one_line(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "draftgate.proxy.cli.main", "calibrate", "--spec-on", "http://127.0.0.1:9",
+    cmd = [sys.executable, "-m", "draftgate.cli.main", "calibrate", "--spec-on", "http://127.0.0.1:9",
            "--spec-off", "http://127.0.0.1:9", "--out", str(tmp_path / "c.yaml")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "unreachable" in proc.stderr and "Traceback" not in proc.stderr
     with emulator(606, True) as on, emulator(606, False) as off:
-        cmd = [sys.executable, "-m", "draftgate.proxy.cli.main", "calibrate", "--spec-on", on.url, "--spec-off", off.url,
+        cmd = [sys.executable, "-m", "draftgate.cli.main", "calibrate", "--spec-on", on.url, "--spec-off", off.url,
                "--model", "other/model", "--out", str(tmp_path / "c.yaml")]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and "not other/model" in proc.stderr
     for methods, says in (("ngram,eagle", "2 method(s)"), ("medusa2", "unknown medusa2")):
-        cmd = [sys.executable, "-m", "draftgate.proxy.cli.main", "calibrate", "--spec-on", "http://127.0.0.1:9",
+        cmd = [sys.executable, "-m", "draftgate.cli.main", "calibrate", "--spec-on", "http://127.0.0.1:9",
                "--spec-off", "http://127.0.0.1:9", "--methods", methods, "--out", str(tmp_path / "c.yaml")]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
@@ -223,7 +223,7 @@ def test_between_measured_loads_the_gate_interpolates_what_the_physics_does(tmp_
 
 def test_the_cli_writes_a_hardware_profile_that_simulate_runs_on(tmp_path: Path) -> None:
     with emulator(707, True, time_scale=0.02) as on, emulator(707, False, time_scale=0.02) as off:
-        cmd = [sys.executable, "-m", "draftgate.proxy.cli.main", "calibrate", "--spec-on", on.url, "--spec-off",
+        cmd = [sys.executable, "-m", "draftgate.cli.main", "calibrate", "--spec-on", on.url, "--spec-off",
                off.url, "--arms", "A", "--requests", "2", "--concurrency", "1", "--temperatures", "greedy",
                "--gpu", "H200", "--out", str(tmp_path / "cal.yaml")]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -232,7 +232,7 @@ def test_the_cli_writes_a_hardware_profile_that_simulate_runs_on(tmp_path: Path)
     assert f"hardware profile written to {written}" in proc.stdout and "target_bandwidth:" in proc.stdout
     profile = EngineProfile.load(written)
     assert profile.gpu.name == "H200" and profile.target.name == MODEL
-    cmd = [sys.executable, "-m", "draftgate.proxy.cli.main", "simulate", "--profile", str(written), "--rates", "1",
+    cmd = [sys.executable, "-m", "draftgate.cli.main", "simulate", "--profile", str(written), "--rates", "1",
            "--duration", "10", "--json"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from draftgate.calibration_file import load_calibration, save_calibration
 from draftgate.policy.calibration import (
     Calibration,
     CalibrationError,
@@ -14,7 +15,6 @@ from draftgate.policy.calibration import (
     dump_calibration,
 )
 from draftgate.policy.gate import PoolView, predicted_taus
-from draftgate.proxy.calibration_file import load_calibration, save_calibration
 
 
 def test_defaults_are_marked_and_usable() -> None:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-DRAFTGATE = [sys.executable, "-m", "draftgate.proxy.cli.main"]
+DRAFTGATE = [sys.executable, "-m", "draftgate.cli.main"]
 
 
 def test_explain_json(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-DRAFTGATE = [sys.executable, "-m", "draftgate.proxy.cli.main"]
+DRAFTGATE = [sys.executable, "-m", "draftgate.cli.main"]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -61,7 +61,7 @@ def test_generated_command_lines_use_only_flags_the_pinned_vllm_accepts() -> Non
     for argv in commands(LaunchSettings()).values():
         assert argv[:2] == ["vllm", "serve"]
         assert flags_of(argv) <= accepted, flags_of(argv) - accepted
-    proc = subprocess.run([sys.executable, "-m", "draftgate.proxy.cli.main", "pools"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "draftgate.cli.main", "pools"], capture_output=True, text=True,
                           timeout=60)
     printed = [shlex.split(line)[1:] for line in proc.stdout.splitlines() if "vllm serve" in line]
     assert printed == list(commands(LaunchSettings()).values())
@@ -154,13 +154,13 @@ port = args[args.index("--port") + 1]
 spec = args[args.index("--speculative-config") + 1] if "--speculative-config" in args else None
 argv = ["emulate", "--port", port, "--time-scale", "0.02"] + (["--speculative-config", spec] if spec else [])
 sys.argv = ["draftgate", *argv]
-from draftgate.proxy.cli.main import main
+from draftgate.cli.main import main
 raise SystemExit(main(argv))
 """)
     fake.chmod(0o755)
     env = dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}", PYTHONPATH=str(ROOT))
     spec_port, plain_port = free_port(), free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "draftgate.proxy.cli.main", "pools", "--run", "--timeout", "60",
+    proc = subprocess.Popen([sys.executable, "-m", "draftgate.cli.main", "pools", "--run", "--timeout", "60",
                              "--spec-port", str(spec_port), "--plain-port", str(plain_port)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
     try:

@@ -636,7 +636,7 @@ def test_emulate_cli_process() -> None:
         asked = httpx.post(f"{server.url}/v1/chat/completions", json={
             "messages": USER, "max_tokens": 30, "chat_template_kwargs": {"enable_thinking": True}}).json()
         assert asked["choices"][0]["message"].get("reasoning")
-    bad = subprocess.run([sys.executable, "-m", "draftgate.proxy.cli.main", "emulate", "--speculative-config", "{bad"],
+    bad = subprocess.run([sys.executable, "-m", "draftgate.cli.main", "emulate", "--speculative-config", "{bad"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "not valid JSON" in bad.stderr and "Traceback" not in bad.stderr
 

@@ -40,7 +40,7 @@ SMALL = ["--seeds", "1", "--gpus", "2", "--rates", "0.5,2", "--requests", "100",
 
 
 def evaluate(*argv: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "draftgate.proxy.cli.main", "evaluate", *argv],
+    return subprocess.run([sys.executable, "-m", "draftgate.cli.main", "evaluate", *argv],
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -96,7 +96,7 @@ def test_the_verdict_is_the_same_json_on_every_run_even_beside_a_busy_processor(
 
 def test_the_demo_prints_the_short_verdict_then_leaves_a_stack_up_until_ctrl_c(tmp_path: Path) -> None:
     started = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "draftgate.proxy.cli.main", "demo", "--keep-running",
+    proc = subprocess.Popen([sys.executable, "-m", "draftgate.cli.main", "demo", "--keep-running",
                              "--out", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert proc.stdout is not None
     printed = []
@@ -137,7 +137,7 @@ def _children_of(pid: int) -> set[int]:
 
 def test_ctrl_c_stops_the_demo_and_every_process_it_started(tmp_path: Path) -> None:
     # in a session of its own, as a terminal runs a command: Ctrl-C is SIGINT to its whole process group
-    proc = subprocess.Popen([sys.executable, "-m", "draftgate.proxy.cli.main", "demo", "--workers", "2",
+    proc = subprocess.Popen([sys.executable, "-m", "draftgate.cli.main", "demo", "--workers", "2",
                              "--out", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     started: set[int] = set()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from draftgate.proxy.cli.main import SUBCOMMANDS
+from draftgate.cli.main import SUBCOMMANDS
 
 ROOT = Path(__file__).parents[1]
 
@@ -99,18 +99,43 @@ def test_only_draftgate_is_importable_from_the_wheel(installed: Path, tmp_path: 
     assert proc.stdout.strip() == ""
 
 
-def test_the_emulator_imports_nothing_of_the_gate() -> None:
-    """The emulator is the truth the gate is graded against: it shares the wire with the
-    proxy, never its model, so it imports nothing of ``policy`` or the proxy."""
+def _imports_of(folder: Path) -> list[tuple[str, str]]:
+    """(file, imported module) for every import in the Python files under ``folder``."""
     import ast
 
-    import draftgate.emulator
-
-    forbidden = ("draftgate.policy", "draftgate.proxy", "policy", "proxy")
-    seen = []
-    for path in Path(draftgate.emulator.__file__).parent.glob("*.py"):
+    found = []
+    for path in folder.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            seen += [(path.name, n) for n in names if n.split(".")[0] in forbidden or n.startswith(forbidden[:2])]
-    assert seen == []
+            found += [(str(path.relative_to(folder)), name) for name in names]
+    return found
+
+
+def _reaching(folder: Path, forbidden: tuple[str, ...]) -> list[tuple[str, str]]:
+    return [(path, name) for path, name in _imports_of(folder)
+            if any(name == f or name.startswith(f + ".") for f in forbidden)]
+
+
+def test_the_emulator_imports_nothing_of_the_gate() -> None:
+    """The emulator is the truth the gate is graded against: it shares the wire with the
+    proxy, never its model, so it imports nothing of ``policy`` or the proxy."""
+    import draftgate.emulator
+
+    forbidden = ("draftgate.policy", "draftgate.proxy", "policy", "proxy")
+    assert _reaching(Path(draftgate.emulator.__file__).parent, forbidden) == []
+
+
+def test_dependencies_point_one_way() -> None:
+    """The proxy imports none of the commands around it, calibration nothing of the proxy,
+    and policy neither of them: each can be read, tested and changed without the others."""
+    import draftgate.calibrate
+    import draftgate.policy
+    import draftgate.proxy
+
+    commands = ("draftgate.cli", "draftgate.evaluate", "draftgate.demo", "draftgate.calibrate",
+                "draftgate.measure", "draftgate.simulate")
+    assert _reaching(Path(draftgate.proxy.__file__).parent, commands) == []
+    assert _reaching(Path(draftgate.calibrate.__file__).parent, ("draftgate.proxy",)) == []
+    assert _reaching(Path(draftgate.policy.__file__).parent,
+                     ("draftgate.proxy", "fastapi", "starlette", "httpx", "uvicorn", *commands)) == []

@@ -257,7 +257,7 @@ def test_draftgate_plan_on_a_log_the_proxy_recorded(tmp_path: Path) -> None:
         RequestLog.stream = before
     log = tmp_path / "draftgate.log"
     log.write_text("not json, from another process\n" + recorded)
-    done = subprocess.run([sys.executable, "-m", "draftgate.proxy.cli.main", "plan", "--from-log", str(log),
+    done = subprocess.run([sys.executable, "-m", "draftgate.cli.main", "plan", "--from-log", str(log),
                            "--gpus", "4", "--json"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
@@ -271,7 +271,7 @@ def test_draftgate_plan_on_a_log_the_proxy_recorded(tmp_path: Path) -> None:
     laws = {law["kind"]: law for law in result["law_by_kind"]}
     assert set(laws) == {"tool", "prose"} and laws["prose"]["w_s"] == 0.0 and laws["prose"]["batch"] > 0
     assert laws["tool"]["w_s"] > 0.9 and laws["prose"]["pool"] == result["routing"]["prose"]
-    text = subprocess.run([sys.executable, "-m", "draftgate.proxy.cli.main", "plan", "--from-log", str(log),
+    text = subprocess.run([sys.executable, "-m", "draftgate.cli.main", "plan", "--from-log", str(log),
                            "--gpus", "4"], capture_output=True, text=True, timeout=120).stdout
     assert "PLAN" in text and "one configuration" in text
     assert "The Draft Law per kind" in text and "prose on " in text
@@ -294,7 +294,7 @@ def test_draftgate_plan_refuses_a_log_without_traffic_and_bad_options(tmp_path: 
     for argv in (["--from-log", str(empty), "--gpus", "2"], ["--from-log", str(log), "--gpus", "0"],
                  ["--from-log", str(log), "--gpus", "2", "--candidates", "plain,warp-drive"],
                  ["--from-log", str(log), "--gpus", "2", "--config", str(config)]):
-        done = subprocess.run([sys.executable, "-m", "draftgate.proxy.cli.main", "plan", *argv],
+        done = subprocess.run([sys.executable, "-m", "draftgate.cli.main", "plan", *argv],
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and done.stderr.startswith("draftgate plan: error: "), argv
         assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
@@ -302,7 +302,7 @@ def test_draftgate_plan_refuses_a_log_without_traffic_and_bad_options(tmp_path: 
 
 def test_draftgate_plan_says_when_the_traffic_fills_few_of_the_gpus(tmp_path: Path) -> None:
     log = _log_of(tmp_path / "traffic.log", 40)
-    done = subprocess.run([sys.executable, "-m", "draftgate.proxy.cli.main", "plan", "--from-log", str(log), "--gpus",
+    done = subprocess.run([sys.executable, "-m", "draftgate.cli.main", "plan", "--from-log", str(log), "--gpus",
                            "32", "--candidates", "plain,eagle3-k3"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "fills about 1 of the 32 GPUs" in done.stdout and "eagle3-k3" in done.stdout
@@ -328,7 +328,7 @@ def test_draftgate_plan_from_a_proxys_metrics_over_a_window() -> None:
         sender = threading.Thread(target=traffic_for_a_while)
         sender.start()
         try:
-            done = subprocess.run([sys.executable, "-m", "draftgate.proxy.cli.main", "plan", "--from-metrics",
+            done = subprocess.run([sys.executable, "-m", "draftgate.cli.main", "plan", "--from-metrics",
                                    f"{st.proxy.url}/metrics", "--window", "2", "--gpus", "2", "--json"],
                                   capture_output=True, text=True, timeout=120)
         finally:
@@ -344,10 +344,10 @@ def test_draftgate_plan_from_a_proxys_metrics_over_a_window() -> None:
 def test_draftgate_plan_from_an_address_that_is_not_a_proxys_metrics_says_so_in_one_line() -> None:
     with emulator(43, False) as backend:
         unreachable = backend.url  # closed once the emulator stops
-        wrong = subprocess.run([sys.executable, "-m", "draftgate.proxy.cli.main", "plan", "--from-metrics",
+        wrong = subprocess.run([sys.executable, "-m", "draftgate.cli.main", "plan", "--from-metrics",
                                 f"{backend.url}/nowhere", "--window", "0.1", "--gpus", "2"],
                                capture_output=True, text=True, timeout=60)
-    gone = subprocess.run([sys.executable, "-m", "draftgate.proxy.cli.main", "plan", "--from-metrics", unreachable,
+    gone = subprocess.run([sys.executable, "-m", "draftgate.cli.main", "plan", "--from-metrics", unreachable,
                            "--window", "0.1", "--gpus", "2"], capture_output=True, text=True, timeout=60)
     for done, said in ((wrong, "/nowhere/metrics"), (gone, "ConnectError")):
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr

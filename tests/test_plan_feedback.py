@@ -115,7 +115,7 @@ def test_the_live_plan_closes_a_deliberate_error_in_its_step_times() -> None:
 
 
 def test_explain_gives_the_draft_law_for_the_requests_kind_where_the_live_plan_routes_it() -> None:
-    from draftgate.proxy.cli.explain import render
+    from draftgate.cli.explain import render
 
     tool = {"model": MODEL, "messages": [{"role": "user", "content": "Weather in Paris?"}], "tool_choice": "required",
             "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {

@@ -40,7 +40,7 @@ from tests.proxy_harness import (
 
 MODEL = "Qwen/Qwen3-32B"
 USER = [{"role": "user", "content": "hello"}]
-DRAFTGATE = [sys.executable, "-m", "draftgate.proxy.cli.main"]
+DRAFTGATE = [sys.executable, "-m", "draftgate.cli.main"]
 
 
 def test_invalid_configuration_stops_startup_with_one_line(tmp_path: Path) -> None:
@@ -74,7 +74,7 @@ def test_check_validates_a_configuration_without_serving(tmp_path: Path) -> None
 def test_serve_freezes_what_it_built_before_it_serves(monkeypatch: pytest.MonkeyPatch) -> None:
     """The heap built at startup is out of the cycle collector's walks before the first
     request comes (proxy.serving.settle_startup_heap): a full collection stops the loop."""
-    from draftgate.proxy.cli.main import main
+    from draftgate.cli.main import main
     from draftgate.proxy.serving import SignalAwareServer
 
     frozen_when_serving: list[int] = []

@@ -6,7 +6,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from draftgate.emulator.metrics import EngineMetrics
-from draftgate.proxy.monitor import SCRAPED, parse_vllm_metrics
+from draftgate.vllm_metrics import SCRAPED, parse_vllm_metrics
 
 # What a second engine, a label value with braces and spaces, *_created samples
 # (vLLM does not export them, other exporters do) and comments look like.

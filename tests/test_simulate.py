@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from draftgate.cli.main import main
 from draftgate.emulator.physics import Physics, Work
 from draftgate.emulator.profile import EngineProfile
-from draftgate.proxy.cli.main import main
 
 EAGLE = '{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3}'
 SMALL = ["--gpu", "H100", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--prompt-tokens", "400-600",

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from draftgate.policy.structure import TextParts, estimate, measure_parts
-from draftgate.proxy.monitor import parse_vllm_metrics
+from draftgate.vllm_metrics import parse_vllm_metrics
 
 
 @dataclass

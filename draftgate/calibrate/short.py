@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from draftgate.calibrate import protocol
-from draftgate.proxy.calibration_file import save_calibration
+from draftgate.calibration_file import save_calibration
 
 ARMS = ("A", "B", "C", "D")
 

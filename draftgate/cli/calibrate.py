@@ -56,9 +56,9 @@ def run(args: argparse.Namespace) -> int:
 
     from draftgate.calibrate import protocol
     from draftgate.calibrate.runner import BackendError, check_backend
+    from draftgate.calibration_file import save_calibration
     from draftgate.emulator.profile import EngineProfile
     from draftgate.policy.calibration import METHOD_DEFAULTS
-    from draftgate.proxy.calibration_file import save_calibration
 
     try:
         hardware = EngineProfile.build(args.gpu, args.model, args.tensor_parallel_size)

@@ -16,21 +16,21 @@ from draftgate.proxy import __version__
 
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "law": ("draftgate.proxy.cli.law", "evaluate the Draft Law for one set of parameters"),
-    "explain": ("draftgate.proxy.cli.explain", "a request's estimated output structure (S/R/F) and the gate's route for it"),
+    "law": ("draftgate.cli.law", "evaluate the Draft Law for one set of parameters"),
+    "explain": ("draftgate.cli.explain", "a request's estimated output structure (S/R/F) and the gate's route for it"),
     "emulate": ("draftgate.emulator.cli", "run an emulated vLLM OpenAI server (no GPU needed)"),
-    "serve": ("draftgate.proxy.cli.serve", "run the draftgate proxy in front of vLLM pools"),
-    "calibrate": ("draftgate.proxy.cli.calibrate", "run the four-arm protocol and write a calibration file"),
-    "pools": ("draftgate.proxy.cli.pools", "print (or --run) the two vllm serve command lines"),
-    "demo": ("draftgate.proxy.cli.demo", "emulated pools, calibration, a replay: what draftgate is worth"),
-    "evaluate": ("draftgate.proxy.cli.evaluate", "the gate against always-on, always-off, dynamic K and the oracle"),
-    "measure-ngram": ("draftgate.proxy.cli.measure_ngram",
+    "serve": ("draftgate.cli.serve", "run the draftgate proxy in front of vLLM pools"),
+    "calibrate": ("draftgate.cli.calibrate", "run the four-arm protocol and write a calibration file"),
+    "pools": ("draftgate.cli.pools", "print (or --run) the two vllm serve command lines"),
+    "demo": ("draftgate.cli.demo", "emulated pools, calibration, a replay: what draftgate is worth"),
+    "evaluate": ("draftgate.cli.evaluate", "the gate against always-on, always-off, dynamic K and the oracle"),
+    "measure-ngram": ("draftgate.cli.measure_ngram",
                       "tau of ngram or suffix drafting, replayed exactly on real answers, beside the gate's prediction"),
     "simulate": ("draftgate.simulate.cli", "one emulated pool under a ladder of request rates, as vllm bench serve "
                                            "reports it"),
     "validate": ("draftgate.simulate.validate", "a short ladder on real pools and on the emulator, and the error "
                                                 "between them"),
-    "plan": ("draftgate.proxy.cli.plan", "how to split N GPUs between the pools, from the traffic in a request log"),
+    "plan": ("draftgate.cli.plan", "how to split N GPUs between the pools, from the traffic in a request log"),
 }
 
 
