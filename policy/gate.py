@@ -120,8 +120,9 @@ class Decision:
     reasons: tuple[str, ...]
     costs: tuple[PoolCost, ...] = field(default_factory=tuple)
     # what settled the route, one low-cardinality label: content (the costs alone), or one of
-    # CAUSES, the strongest that applied
+    # CAUSES, the strongest that applied; ``causes``: every one that applied
     cause: str = "content"
+    causes: frozenset[str] = frozenset()
     # The break-even w_S* is reported (metrics, explain), never used to route: it is worked
     # out on first use, after the request has gone, not while the client waits.
     break_even: Callable[[], tuple[float | None, str | None]] = field(
@@ -366,6 +367,7 @@ def decide(
         reasons=tuple(reasons),
         costs=tuple(costs),
         cause=next((c for c in CAUSES if c in causes), "content"),
+        causes=frozenset(causes),
         break_even=functools.partial(_break_even, estimate, by_name.get(best_spec.pool), best_spec.tau,
                                      calibration, mix),
     )

@@ -353,7 +353,8 @@ class Planner:
                 f"{p} {s:.0%}" for p, s in sorted(shares.items()))
         cost = decision.cost_of(route)
         assert cost is not None
-        return replace(decision, route=route, cause="assignment", predicted_saving=cost.saving,
+        return replace(decision, route=route, cause="assignment", causes=decision.causes | {"assignment"},
+                       predicted_saving=cost.saving,
                        predicted_tau=dict(cost.tau) if cost.saving else decision.predicted_tau,
                        reasons=(*decision.reasons, why))
 
@@ -441,7 +442,7 @@ class Planner:
         order = self.pools.plain_first(serving)
         reason = f"the gate failed ({type(error).__name__}): sent to a plain pool unassessed"
         decision = Decision(route=order[0], predicted_saving=0.0, predicted_tau={}, reasons=(reason,),
-                            cause="gate_error", break_even=lambda: (None, "the gate failed"))
+                            cause="gate_error", causes=frozenset({"gate_error"}), break_even=lambda: (None, "the gate failed"))
         model = body.get("model") if isinstance(body.get("model"), str) else None
         return Plan(body, endpoint, model, StructureEstimate.unknown(reason), "", Conversation((), None), None,
                     decision, order, caller=caller or Caller())
@@ -484,7 +485,7 @@ class Planner:
         if share <= 0 or self._random.random() >= share or mode != "auto":
             return
         e, d = plan.estimate, plan.decision
-        if e.speculation_unsupported or e.n > 1 or any("capacity" in r for r in d.reasons):
+        if e.speculation_unsupported or e.n > 1 or "capacity" in d.causes:
             return
         if plan.affinity is not None and plan.affinity.cached_tokens > 1000:
             return

@@ -97,3 +97,19 @@ def test_a_models_latency_targets_reach_the_gate_and_explain() -> None:
                           "chat").explain()
     assert explained["pools"] and not any(p["meets_targets"] for p in explained["pools"])
     assert "no pool meets the latency targets: cost alone decides" in explained["reasons"]
+
+
+def test_exploration_leaves_alone_a_request_the_gate_routed_for_want_of_room() -> None:
+    """Exploration reads why the gate routed a request from its causes: with every slot of the
+    speculation pool taken, requests sent to the plain pool for want of room stay there, while
+    with room everywhere about half are explored at a share of 0.5."""
+    gk = planner(exploration_share=0.5)
+    body = {"model": "m", "messages": USER, "temperature": 0.7}
+    free = [gk.plan(body, "chat") for _ in range(40)]
+    assert all("capacity" not in p.decision.causes for p in free)
+    assert 5 < sum(p.explored for p in free) < 35
+    spec_on = gk.pools.pools["spec-on"]
+    for replica in spec_on.replicas.values():
+        replica.inflight = spec_on.config.max_num_seqs
+    full = [gk.plan(body, "chat") for _ in range(40)]
+    assert all(p.decision.cause == "capacity" and p.route == "spec-off" and not p.explored for p in full)
