@@ -21,6 +21,10 @@ SCRAPED = {
     "vllm:prefix_cache_queries": "prefix_cache_queries",
     "vllm:prefix_cache_hits": "prefix_cache_hits",
 }
+# One counter per draft position, from the server's start: their number is its
+# num_speculative_tokens. Read as ``speculative_tokens``; a server that does not
+# speculate has none of the spec_decode series.
+_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"
 
 
 def parse_vllm_metrics(text: str) -> dict[str, float]:
@@ -29,8 +33,9 @@ def parse_vllm_metrics(text: str) -> dict[str, float]:
     A full parser (prometheus_client's) took 7 ms for the emulator's 16 KB
     exposition, all of it on the event loop that serves requests, and a real
     vLLM exposition carries more histograms still. Only the few lines named
-    here are looked at. Counters are exposed as ``<name>_total``; ``_created``
-    samples are timestamps, not values.
+    here, and the per-position counters for the depth, are looked at.
+    Counters are exposed as ``<name>_total``; ``_created`` samples are
+    timestamps, not values.
     """
     values: dict[str, float] = {}
     for line in text.split("\n"):
@@ -41,9 +46,14 @@ def parse_vllm_metrics(text: str) -> dict[str, float]:
             name, rest = line[:brace], line[line.rfind("}") + 1:]
         else:
             name, _, rest = line.partition(" ")
+        if name.endswith("_total"):
+            name = name[:-6]
+        if name == _PER_POSITION and brace >= 0:
+            position = _label(line[brace:], "position")
+            if position is not None and position.isdigit():
+                values["speculative_tokens"] = max(values.get("speculative_tokens", 0.0), int(position) + 1.0)
+            continue
         key = SCRAPED.get(name)
-        if key is None and name.endswith("_total"):
-            key = SCRAPED.get(name[:-6])
         if key is None:
             continue
         fields = rest.split()
@@ -54,3 +64,13 @@ def parse_vllm_metrics(text: str) -> dict[str, float]:
             continue
         values[key] = values.get(key, 0.0) + value
     return values
+
+
+def _label(labels: str, name: str) -> str | None:
+    """The value of label ``name`` in a sample's ``{...}``; the values read here hold no quotes."""
+    start = max(labels.find(f'{{{name}="'), labels.find(f',{name}="'))
+    if start < 0:
+        return None
+    start += len(name) + 3
+    end = labels.find('"', start)
+    return labels[start:end] if end >= 0 else None

@@ -63,7 +63,7 @@ import numpy as np
 from draftgate.policy import copying, law
 from draftgate.policy.assignment import Capacity
 from draftgate.policy.calibration import Calibration
-from draftgate.policy.gate import PoolView, drafted_per_round, predicted_taus, step_seconds
+from draftgate.policy.gate import PoolView, depth_at, drafted_per_round, predicted_taus, step_seconds
 
 MAX_POOLS = 2  # pools a recommended fleet is split into, at most: each more multiplies the compositions weighed
 
@@ -122,10 +122,7 @@ class Candidate:
         return self.method is not None and self.gamma > 0
 
     def depth_at(self, batch: float) -> int:
-        for lo, hi, k in self.dynamic:
-            if lo <= batch <= hi:
-                return k
-        return self.gamma
+        return depth_at(self.dynamic, batch, self.gamma)
 
     def view(self, running: float) -> PoolView:
         """The gate's view of one of its GPUs with ``running`` requests."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -30,6 +30,16 @@ Mode = Literal["auto", "always_on", "always_off"]
 Objective = Literal["cost", "latency"]
 CAUSES = ("unsupported_sampling", "n_gt_1", "mode", "capacity", "latency_target", "hysteresis", "health")  # strongest first
 _AT_CAPACITY = "at capacity"  # a pool's note when every sequence slot is taken
+
+
+def depth_at(table: Sequence[tuple[int, int, int]], batch: float, depth: int) -> int:
+    """The depth vLLM drafts at with ``batch`` requests running: the K of the row of dynamic K's
+    ``table`` (``num_speculative_tokens_per_batch_size``, rows [lo, hi, K]) that holds the batch,
+    else ``depth``, the pool's ``num_speculative_tokens``."""
+    for lo, hi, k in table:
+        if lo <= batch <= hi:
+            return k
+    return depth
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,6 +63,15 @@ class AffinityMatch(_Strict):
     via: str = Field(description="how the conversation was recognised")
 
 
+class PoolDepth(_Strict):
+    pool: str
+    configured: int | None = Field(description="speculation.gamma as configured (null: left to the pool)")
+    reported: int | None = Field(description="num_speculative_tokens as the pool's /metrics shows it (0: it does "
+                                             "not speculate; null: not scraped yet)")
+    priced_at: int = Field(description="the depth the gate prices it at: the reported one when there is one "
+                                       "(0: priced as plain)")
+
+
 class KindLawTerms(_Strict):
     kind: str
     pool: str = Field(description="the pool the fleet plan routes the kind to")
@@ -114,6 +123,8 @@ class Explanation(_Strict):
     assignment: dict[str, float] | None = Field(
         description="the share of its kind each pool takes, when the fleet plan's assignment routed it (null: the "
                     "gate's costs alone, or a reason stronger than the assignment, decided)")
+    depths: list[PoolDepth] = Field(description="each speculation pool's depth, as configured, as it reports it, "
+                                                "and as priced")
     plan_law: KindLawTerms | None = Field(
         None, description="the Draft Law for the request's kind where the fleet plan routes it, at the batch "
                           "that pool runs (null until the proxy has planned)")

@@ -325,6 +325,7 @@ def create_app(settings: ProxySettings,
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await proxy.monitor.first_look()  # uvicorn takes connections only once this returns
         proxy.monitor.start()
         proxy.planning.start()
         proxy.shutdown.loop = loop = asyncio.get_running_loop()

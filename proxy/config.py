@@ -50,7 +50,10 @@ class SpeculationConfig(BaseModel):
                                                    "(adds draft prefill), eagle, eagle3, mtp (priced by the law with "
                                                    "their own cost and alignment), ngram, suffix (priced by what the "
                                                    "request holds to copy)")
-    gamma: int = Field(8, ge=1, le=64, description="num_speculative_tokens of the pool")
+    gamma: int | None = Field(None, ge=1, le=64, description="num_speculative_tokens of the pool; read from the "
+                                                             "pool's /metrics when omitted, and the pool's word wins "
+                                                             "over a configured value it contradicts (logged, and "
+                                                             "shown in explain)")
     draft_cost: float | None = Field(None, ge=0.0, description="d; calibration's value when omitted")
     draft_prefill_ratio: float = Field(0.15, ge=0.0, description="draft prefill relative to the target's")
     num_speculative_tokens_per_batch_size: list[tuple[int, int, int]] = Field(
@@ -91,13 +94,6 @@ class SpeculationConfig(BaseModel):
         """ngram's bounds as vLLM resolves them (``copying.lookup_bounds``)."""
         return lookup_bounds(self.prompt_lookup_min, self.prompt_lookup_max)
 
-    def depth_at(self, batch: float) -> int:
-        """The depth the pool drafts at with ``batch`` requests running (``gamma`` outside the table)."""
-        for lo, hi, k in self.num_speculative_tokens_per_batch_size:
-            if lo <= batch <= hi:
-                return k
-        return self.gamma
-
 
 class CandidatePool(BaseModel):
     """A pool configuration the fleet plan may recommend."""
@@ -108,6 +104,13 @@ class CandidatePool(BaseModel):
     speculation: SpeculationConfig | None = Field(None, description="how it speculates; omitted: plain")
     max_num_seqs: int = Field(1024, ge=1, description="per replica")
     max_num_batched_tokens: int = Field(8192, ge=1, description="per replica, as vLLM's --max-num-batched-tokens")
+
+    @model_validator(mode="after")
+    def _depth_given(self) -> CandidatePool:
+        if self.speculation is not None and self.speculation.gamma is None:
+            raise ValueError(f"candidate {self.name}: speculation.gamma is required (a candidate has no pool yet "
+                             "to read its depth from)")
+        return self
 
 
 class PoolConfig(BaseModel):
@@ -496,11 +499,12 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> ProxySett
     return settings
 
 
-def quick_start_pools(spec_on: list[str], spec_off: list[str], gamma: int = 8) -> list[dict[str, Any]]:
-    """The pools of ``draftgate serve --spec-on URL --spec-off URL``."""
+def quick_start_pools(spec_on: list[str], spec_off: list[str], gamma: int | None = None) -> list[dict[str, Any]]:
+    """The pools of ``draftgate serve --spec-on URL --spec-off URL``; the speculation pool's depth
+    is what it reports unless ``gamma`` is given."""
     pools: list[dict[str, Any]] = []
     if spec_on:
-        pools.append({"name": "spec-on", "urls": spec_on, "speculation": {"gamma": gamma}})
+        pools.append({"name": "spec-on", "urls": spec_on, "speculation": {} if gamma is None else {"gamma": gamma}})
     if spec_off:
         pools.append({"name": "spec-off", "urls": spec_off})
     return pools

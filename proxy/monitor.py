@@ -32,6 +32,22 @@ class Monitor:
         self.on_replicas_changed = on_replicas_changed
         self._tasks: list[asyncio.Task[None]] = []
 
+    async def first_look(self) -> None:
+        """Resolve, health-check and scrape every replica once, before the proxy takes a request.
+
+        Until then the proxy knows neither which replicas answer, nor their load, nor
+        how deep each pool drafts, and a request routed meanwhile is routed blind: on a
+        busy machine a cold request could reach a pool its own estimate did not prefer.
+        Bounded by the health timeout and the scrape's own; a replica silent that long
+        is left to the loops.
+        """
+        for pool in self.pools:
+            if pool.config.dns_refresh_seconds > 0:
+                await self.resolve(pool)
+        replicas = [(pool, r) for pool in self.pools for r in list(pool.replicas.values())]
+        await asyncio.gather(*(self.check(r) for _, r in replicas), return_exceptions=True)
+        await asyncio.gather(*(self.scrape(pool, r) for pool, r in replicas if r.healthy), return_exceptions=True)
+
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._health_loop(), name="draftgate-health"),
@@ -116,6 +132,8 @@ class Monitor:
         except (UpstreamError, ValueError):
             return
         replica.took_scrape(values, finished_before, time.monotonic())
+        if (news := pool.took_report(values)) is not None:
+            log.warning(news, extra={"pool": pool.name})
         if self.on_scrape is not None:
             quiet = before == (replica.started, 0) and replica.inflight == 0
             self.on_scrape(pool, replica, values, quiet)

@@ -153,11 +153,13 @@ ARRIVALS_KEPT = 100_000  # at most, within the window: past 1,600 requests a sec
 
 
 def candidate_of(name: str, speculation: SpeculationConfig | None, max_num_seqs: int,
-                 max_num_batched_tokens: int) -> fleet.Candidate:
-    """A pool's configuration as the fleet plan weighs it."""
+                 max_num_batched_tokens: int, depth: int | None = None) -> fleet.Candidate:
+    """A pool's configuration as the fleet plan weighs it; ``depth``: the pool's own, when it
+    runs (``Pool.depth``), else the configured one."""
     if speculation is None:
         return fleet.Candidate(name, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
-    return fleet.Candidate(name, speculation.method, speculation.gamma, speculation.lookup,
+    gamma = depth if depth is not None else speculation.gamma or 0
+    return fleet.Candidate(name, speculation.method, gamma, speculation.lookup,
                            tuple(tuple(row) for row in speculation.num_speculative_tokens_per_batch_size),
                            max_num_seqs, max_num_batched_tokens,
                            speculation.draft_prefill_ratio if speculation.method == "draft_model" else 0.0,
@@ -396,8 +398,8 @@ class Planner:
         self.feedback.settle(targets)
         scaled = self.feedback.step_scale
         running = tuple(
-            (replace(candidate_of(p.name, p.config.speculation, p.config.max_num_seqs, p.config.max_num_batched_tokens),
-                     step_scale=scaled(p.name)), max(1, len(p.replicas_in_rotation())))
+            (replace(candidate_of(p.name, p.config.speculation, p.config.max_num_seqs, p.config.max_num_batched_tokens,
+                                  p.depth), step_scale=scaled(p.name)), max(1, len(p.replicas_in_rotation())))
             for p in self.pools)
         candidates = tuple(candidate_of(c.name, c.speculation, c.max_num_seqs, c.max_num_batched_tokens)
                            for c in self.settings.plan_candidates) or fleet.default_candidates()
@@ -451,6 +453,8 @@ class Planner:
         """What ``plan`` says, and where its request would go: to a plain pool,
         when its endpoint is not ``gated``."""
         result = plan.explain()
+        result["depths"] = [{"pool": p.name, "configured": p.config.speculation.gamma, "reported": p.reported_depth,
+                             "priced_at": p.depth} for p in self.pools if p.config.speculation is not None]
         law = self.law.get(plan.request_class)
         if law is not None:  # the fleet plan's view of the request's kind, once there is a plan
             result["plan_law"] = law.as_dict()

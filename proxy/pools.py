@@ -11,7 +11,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from draftgate.policy.gate import PoolView
+from draftgate.policy.gate import PoolView, depth_at
 from draftgate.proxy.config import PoolConfig
 
 
@@ -129,10 +129,49 @@ class Pool:
         self.config = config
         self.name = config.name
         self.replicas: dict[str, Replica] = {url: Replica(url) for url in config.urls}
+        # num_speculative_tokens as the pool's /metrics shows it (0: it does not speculate);
+        # None until a scrape has read it
+        self.reported_depth: int | None = None
 
     @property
     def speculative(self) -> bool:
         return self.config.speculation is not None
+
+    @property
+    def depth(self) -> int:
+        """The depth the pool drafts at: as it reports it, else as configured. 0 while
+        neither is known, or when it reports that it does not speculate: it is priced
+        as plain until it says otherwise."""
+        if self.config.speculation is None:
+            return 0
+        if self.reported_depth is not None:
+            return self.reported_depth
+        return self.config.speculation.gamma or 0
+
+    def depth_at(self, batch: float) -> int:
+        """The depth it drafts at with ``batch`` requests running (dynamic K varies it)."""
+        spec = self.config.speculation
+        if spec is None or self.depth == 0:
+            return 0
+        return depth_at(spec.num_speculative_tokens_per_batch_size, batch, self.depth)
+
+    def took_report(self, values: dict[str, float]) -> str | None:
+        """Read the depth a scrape of one of its replicas shows (``speculative_tokens``);
+        a sentence for the log when that is news that contradicts the configuration."""
+        reported = int(values.get("speculative_tokens", 0)) if "num_drafts" in values else 0
+        if reported == self.reported_depth:
+            return None
+        self.reported_depth = reported
+        spec = self.config.speculation
+        if spec is None:
+            return (f"pool {self.name} speculates ({reported} tokens a round) but is configured as plain: it is "
+                    "priced as plain; give it a speculation section") if reported else None
+        if not reported:
+            return f"pool {self.name} is configured to speculate but reports no speculation: priced as plain"
+        if spec.gamma is not None and spec.gamma != reported:
+            return (f"pool {self.name} drafts {reported} tokens a round, as its /metrics reports, not the "
+                    f"configured gamma {spec.gamma}: priced at {reported}")
+        return None
 
     def replicas_in_rotation(self) -> list[Replica]:
         """Those passing their health checks and not ejected for failing answers."""
@@ -157,7 +196,7 @@ class Pool:
             name=self.name,
             method=spec.method if spec else None,
             # dynamic K: the depth the pool runs at once this request joins (0: it will not speculate)
-            gamma=spec.depth_at(min(running, float(capacity)) + 1.0) if spec else 0,
+            gamma=self.depth_at(min(running, float(capacity)) + 1.0),
             draft_cost=spec.draft_cost if spec else None,
             healthy=bool(healthy),
             running=min(running, float(capacity)),

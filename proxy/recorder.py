@@ -176,9 +176,12 @@ class Recorder:
             tau_obs, source = self._attributed_tau(pool.name, measured), "counters"
         if tau_obs is None:
             return None, None
-        cal = calibration.pool(pool.name, spec.gamma, spec.method)
-        drafter = law.Drafter(spec.gamma, cal.delta(batch), cal.draft_cost_with(spec.draft_cost))
-        tau_obs = min(tau_obs, float(spec.gamma))
+        depth = cost.gamma or pool.depth  # the depth it was priced at; a table's 0 there, the pool's own
+        if depth == 0:
+            return None, None
+        cal = calibration.pool(pool.name, depth, spec.method)
+        drafter = law.Drafter(depth, cal.delta(batch), cal.draft_cost_with(spec.draft_cost))
+        tau_obs = min(tau_obs, float(depth))
         modelled = law.saving_from_tau(tau_obs, drafter)
         m.tau_observed.labels(**labels, source=source).observe(tau_obs)
         m.cost_modelled.labels(**labels).observe(1.0 - modelled)
@@ -327,13 +330,13 @@ class Recorder:
             cal.prefill_seconds_per_token)
         for pool in self.pools:
             spec = pool.config.speculation
-            if spec is None:
+            if spec is None or pool.depth == 0:
                 continue
-            pc = cal.pool(pool.name, spec.gamma, spec.method)
+            pc = cal.pool(pool.name, pool.depth, spec.method)
             d = pc.draft_cost_with(spec.draft_cost)
             m.calibration_parameter.labels(model=model, parameter=f"draft_cost:{pool.name}").set(d)
             for band, b in BAND_POINTS.items():
-                drafter = law.Drafter(spec.gamma, pc.delta(b), d)
+                drafter = law.Drafter(pool.depth, pc.delta(b), d)
                 exact = law.break_even_alpha(drafter)
                 closed = law.break_even_eps_closed_form(drafter)
                 m.break_even_alpha.labels(model=model, pool=pool.name, load_band=band, form="exact").set(

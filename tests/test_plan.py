@@ -202,10 +202,11 @@ def test_three_pools_in_explain_each_priced_for_its_method() -> None:
     from tests.conftest import emulator
     from tests.proxy_harness import proxy_server, proxy_settings
 
-    with emulator(44, True, profile_seed=44) as on, emulator(44, False, profile_seed=44) as off:
+    with (emulator(44, True, k=4, profile_seed=44) as on, emulator(44, True, k=3, profile_seed=44) as eagle,
+          emulator(44, False, profile_seed=44) as off):
         settings = proxy_settings(on.url, off.url, pools=[
             {"name": "draft", "urls": [on.url], "speculation": {"gamma": 4}},
-            {"name": "eagle", "urls": [on.url], "speculation": {"method": "eagle3", "gamma": 3}},
+            {"name": "eagle", "urls": [eagle.url], "speculation": {"method": "eagle3", "gamma": 3}},
             {"name": "plain", "urls": [off.url]}])
         with proxy_server(create_app(settings)) as proxy:
             body = {"model": MODEL, "messages": [{"role": "user", "content": "Weather?"}], "tools": [TOOL],

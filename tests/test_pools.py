@@ -108,3 +108,29 @@ def test_a_dynamic_k_table_is_checked() -> None:
 
     with pytest.raises(ValidationError, match="lo <= hi"):
         SpeculationConfig(num_speculative_tokens_per_batch_size=[(8, 4, 2)])
+
+
+def test_a_pools_depth_is_what_its_metrics_report_and_a_contradicting_config_is_shown() -> None:
+    """vLLM's /metrics holds one acceptance counter per draft position from the start: the
+    proxy prices each pool at the depth it reports, whatever was configured (or left out),
+    and by the time it takes its first request it has read it; a pool configured to
+    speculate that reports no speculation is priced as plain."""
+    import httpx
+
+    from draftgate.proxy.app import create_app
+    from tests.conftest import emulator
+    from tests.proxy_harness import proxy_server, proxy_settings
+
+    with (emulator(45, True, k=4) as four, emulator(45, True, k=3) as three, emulator(45, False) as plain):
+        settings = proxy_settings(four.url, plain.url, pools=[
+            {"name": "unstated", "urls": [four.url], "speculation": {}},
+            {"name": "misstated", "urls": [three.url], "speculation": {"gamma": 8}},
+            {"name": "not-speculating", "urls": [plain.url], "speculation": {"gamma": 5}}])
+        with proxy_server(create_app(settings)) as proxy:
+            body = {"model": "Qwen/Qwen3-32B", "messages": [{"role": "user", "content": "Weather?"}],
+                    "response_format": {"type": "json_object"}, "temperature": 0}
+            explained = httpx.post(f"{proxy.url}/draftgate/explain", json=body, timeout=30).json()
+    depths = {d["pool"]: (d["configured"], d["reported"], d["priced_at"]) for d in explained["depths"]}
+    assert depths == {"unstated": (None, 4, 4), "misstated": (8, 3, 3), "not-speculating": (5, 0, 0)}
+    gammas = {p["pool"]: p["gamma"] for p in explained["pools"]}
+    assert gammas == {"unstated": 4, "misstated": 3, "not-speculating": 0}

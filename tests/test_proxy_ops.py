@@ -17,6 +17,7 @@ import httpx
 import pytest
 import yaml
 
+from draftgate.emulator.faults import Faults
 from draftgate.proxy.app import create_app
 from draftgate.proxy.config import ConfigError, load_settings
 from draftgate.proxy.metrics import (
@@ -159,6 +160,29 @@ def test_serve_process_quick_start_and_sighup_reload(tmp_path: Path) -> None:
             # the collector's runs are exported; the full one that settled the startup heap among them
             scrape = httpx.get(f"{proxy.url}/metrics").text
             assert metric_value(scrape, "python_gc_collections_total", generation="2") >= 1
+
+
+def test_a_cold_tool_call_right_after_start_goes_where_its_estimate_says_beside_a_busy_processor() -> None:
+    """The proxy takes connections only once it has checked and scraped its pools: the first
+    request, sent the moment it answers, is routed on what the pools are (up, idle, drafting 8
+    tokens a round as their /metrics say), not on a guess, however slow a busy machine (here,
+    and a speculation pool's /metrics answering in 0.8 s) makes that."""
+    body = {"model": MODEL, "messages": [{"role": "system", "content": "You are an agent. Call tools."}, *USER],
+            "tool_choice": "required", "temperature": 0,
+            "tools": [{"type": "function", "function": {"name": "lookup", "parameters": {
+                "type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}}]}
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        with emulator(22, True, faults=Faults(metrics_delay=0.8)) as on, emulator(22, False) as off:
+            for _ in range(3):
+                with ServerProcess(["serve", "--spec-on", on.url, "--spec-off", off.url]) as proxy:
+                    answer = httpx.post(f"{proxy.url}/v1/chat/completions", json=body, timeout=60)
+                    assert answer.status_code == 200
+                    assert answer.headers["x-draftgate-route"] == "spec-on", answer.headers
+                    assert float(answer.headers["x-draftgate-predicted-saving"]) > 0
+    finally:
+        burner.kill()
+        burner.wait()
 
 
 def test_serve_takes_the_hard_open_files_limit_so_connections_do_not_starve_accept() -> None:

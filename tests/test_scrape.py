@@ -30,6 +30,8 @@ def reference(text: str) -> dict[str, float]:
     """prometheus_client's parser, summing the scraped series over label sets."""
     values: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
+        if family.name == "vllm:spec_decode_num_accepted_tokens_per_pos":
+            values["speculative_tokens"] = max(float(s.labels["position"]) + 1 for s in family.samples)
         key = SCRAPED.get(family.name)
         for sample in family.samples if key else ():
             if not sample.name.endswith("_created"):
@@ -38,7 +40,7 @@ def reference(text: str) -> dict[str, float]:
 
 
 def emulator_exposition() -> str:
-    metrics = EngineMetrics("Qwen/Qwen3-32B")
+    metrics = EngineMetrics("Qwen/Qwen3-32B", speculative_tokens=8)
     metrics.running.set(5)
     metrics.waiting.set(1)
     metrics.kv_usage.set(0.25)
@@ -56,6 +58,12 @@ def test_scrape_parser_agrees_with_prometheus_client() -> None:
     fast = parse_vllm_metrics(text)
     assert fast == reference(text)
     assert fast["running"] == 5 and fast["generation_tokens"] == 321 and fast["num_accepted_tokens"] == 10
+    assert fast["speculative_tokens"] == 8  # the depth, before and whatever it has accepted
+
+
+def test_a_server_that_does_not_speculate_shows_no_depth() -> None:
+    plain = parse_vllm_metrics(generate_latest(EngineMetrics("Qwen/Qwen3-32B").registry).decode())
+    assert "num_drafts" not in plain and "speculative_tokens" not in plain
 
 
 def test_scrape_parser_handles_labels_totals_and_created_samples() -> None:

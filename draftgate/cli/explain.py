@@ -98,8 +98,10 @@ def _plan_law(result: dict[str, Any]) -> list[str]:
 
 
 # The quick-start pools, named as `draftgate serve --spec-on --spec-off` names them;
-# explain sends nothing, so their addresses are never used.
-_QUICK_START = (["http://spec-on:8000"], ["http://spec-off:8000"])
+# explain sends nothing, so their addresses are never used, and with no pool to
+# read a depth from, the speculation pool is priced at 8 tokens a round (--config
+# says otherwise).
+_QUICK_START = (["http://spec-on:8000"], ["http://spec-off:8000"], 8)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -162,6 +162,10 @@ def run(args: argparse.Namespace) -> int:
             calibration = load_calibration_or_defaults(settings)
         except ConfigError as exc:
             raise CliError(str(exc)) from None
+        unknown_depth = [p.name for p in settings.pools if p.speculation is not None and p.speculation.gamma is None]
+        if unknown_depth:
+            raise CliError(f"{args.config}: pools {', '.join(unknown_depth)} leave speculation.gamma to what the pool "
+                           "reports, which a plan made from a file cannot ask: set it")
         running = [(candidate_of(p.name, p.speculation, p.max_num_seqs, p.max_num_batched_tokens), len(p.urls))
                    for p in settings.pools]
         candidates = tuple(candidate_of(c.name, c.speculation, c.max_num_seqs, c.max_num_batched_tokens)

@@ -16,7 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="YAML configuration file (environment DRAFTGATE_* overrides it)")
     parser.add_argument("--spec-on", type=_urls, default=[], help="speculation pool replica URL(s), comma-separated")
     parser.add_argument("--spec-off", type=_urls, default=[], help="plain pool replica URL(s), comma-separated")
-    parser.add_argument("--gamma", type=int, default=8, help="depth of the --spec-on pool (default 8)")
+    parser.add_argument("--gamma", type=int, help="depth of the --spec-on pool (default: what the pool's /metrics "
+                        "reports)")
     parser.add_argument("--host", help="listen address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="listen port (default 8000)")
     parser.add_argument("--calibration", help="calibration file written by draftgate calibrate")
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         app = create_app(settings, reload_settings=load if args.config else None)
     except ConfigError as exc:
         raise CliError(str(exc)) from None
-    pools = ", ".join(f"{p.name} ({'gamma=' + str(p.speculation.gamma) if p.speculation else 'plain'})"
+    pools = ", ".join(f"{p.name} ({_depth(p.speculation.gamma) if p.speculation else 'plain'})"
                       for p in settings.pools)
     where = f"{settings.scheme}://{settings.host}:{settings.port}/v1 in front of {pools}"
     if args.check:  # a deploy pipeline's gate: the same validation as a start, without the start
@@ -88,3 +89,7 @@ def run(args: argparse.Namespace) -> int:
     settle_startup_heap()
     server.run()
     return 0 if server.started else 3  # as uvicorn.run exits when it could not start (a port in use)
+
+
+def _depth(gamma: int | None) -> str:
+    return "gamma as the pool reports it" if gamma is None else f"gamma={gamma}"

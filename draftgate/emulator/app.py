@@ -87,7 +87,7 @@ class Emulator:
             config = replace(config, profile=config.profile.model_copy(update={"thinking_by_default": thinking}))
         self.config = config
         self.faults = config.faults
-        self.metrics = EngineMetrics(config.model)
+        self.metrics = EngineMetrics(config.model, config.spec.num_speculative_tokens if config.spec else 0)
         self.engine: PacedEngine | None = None
         self.maker = SequenceMaker(config)
         self.rng = self.maker.rng
@@ -111,6 +111,8 @@ class Emulator:
         return JSONResponse({"object": "list", "data": [entry]})
 
     async def prometheus(self, request: Request) -> Response:
+        if self.faults.metrics_delay:
+            await asyncio.sleep(self.faults.metrics_delay)
         reported = self.faults.kv_usage
         self.metrics.kv_usage.set(self.get_engine().kv_usage if reported is None else reported)
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -16,6 +16,7 @@ class Faults(BaseModel):
     refuse_connections: bool = Field(False, description="stop accepting connections (one-way)")
     health_503: bool = Field(False, description="/health answers 503, as a dead engine does")
     health_delay: float = Field(0.0, ge=0.0, description="seconds /health takes to answer, as a busy server's may")
+    metrics_delay: float = Field(0.0, ge=0.0, description="seconds /metrics takes to answer, as a busy server's may")
     error_status: int | None = Field(None, ge=400, le=599, description="answer completions with this status")
     error_rate: float = Field(1.0, ge=0.0, le=1.0, description="share of requests error_status applies to")
     first_byte_delay: float = Field(0.0, ge=0.0, description="seconds before any byte of a completion")

@@ -22,7 +22,16 @@ _ITL_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.0
 
 
 class EngineMetrics:
-    def __init__(self, model_name: str, max_positions: int = 64) -> None:
+    """vLLM's series, as a server of ``model_name`` exposes them.
+
+    ``speculative_tokens``: the server's ``num_speculative_tokens``, 0 without
+    speculation. As in vLLM, the speculative series exist only on a speculating
+    server, with one ``..._per_pos`` counter for each draft position from the
+    start: how many there are is how deep the server drafts, before it has
+    drafted anything.
+    """
+
+    def __init__(self, model_name: str, speculative_tokens: int = 0) -> None:
         self.registry = CollectorRegistry()
         labels = {"model_name": model_name, "engine": "0"}
         names = list(labels)
@@ -36,12 +45,16 @@ class EngineMetrics:
         def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
             return Histogram(name, doc, names, buckets=buckets, registry=self.registry).labels(**labels)
 
-        self.num_drafts = counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.").labels(**labels)
-        self.num_draft_tokens = counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.").labels(**labels)
-        self.num_accepted = counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.").labels(**labels)
-        per_pos = counter("vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.",
-                          ("position",))
-        self._per_pos = [per_pos.labels(**labels, position=str(i)) for i in range(max_positions)]
+        self.speculative = speculative_tokens > 0
+        if self.speculative:
+            self.num_drafts = counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.").labels(**labels)
+            self.num_draft_tokens = counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens."
+                                            ).labels(**labels)
+            self.num_accepted = counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens."
+                                        ).labels(**labels)
+            per_pos = counter("vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.",
+                              ("position",))
+            self._per_pos = [per_pos.labels(**labels, position=str(i)) for i in range(speculative_tokens)]
         self.running = gauge("vllm:num_requests_running", "Number of requests in model execution batches.")
         self.waiting = gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.")
         self.kv_usage = gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
