@@ -16,8 +16,9 @@ $(STAMP): $(BIN)/python pyproject.toml
 
 install: $(STAMP)
 
+# Two workers, a test file to each at a time: the files' servers and fixtures stay within one worker.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # One seed of the verdict on two emulated GPUs: its short version (under a minute).
 demo: $(STAMP)

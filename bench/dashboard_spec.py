@@ -31,23 +31,23 @@ PANELS: list[tuple[str, str, list[tuple[str, str]], str]] = [
         ("{{key}} {{route}}", f'sum by (key, route) (rate(draftgate_requests_total{M}[{R}]))'),
     ], "Gated requests by the label of the client key they carried (api_keys[].label; empty: unlabelled or an "
        "open proxy), and the pool each was sent to."),
-    ("Traffic by request class", "reqps", [
-        ("{{class}}", f'sum by (class) (rate(draftgate_predicted_schema_fraction_count{MP}[{R}]))'),
+    ("Traffic by kind of request", "reqps", [
+        ("{{kind}}", f'sum by (kind) (rate(draftgate_predicted_schema_fraction_count{MP}[{R}]))'),
     ], "Completed requests per second, by what kind of request they were."),
     ("Saving: predicted against measured", "percentunit", [
         ("predicted", f'1 - sum(rate(draftgate_predicted_net_cost_ratio_sum{MP}[{R}])) / '
                       f'sum(rate(draftgate_predicted_net_cost_ratio_count{MP}[{R}]))'),
-        ("measured (time) {{class}}", 'avg by (class) (draftgate_observed_time_saving_ratio{pool=~"$pool"})'),
+        ("measured (time) {{kind}}", 'avg by (kind) (draftgate_observed_time_saving_ratio{pool=~"$pool"})'),
         ("modelled (law at observed acceptance)", f'1 - sum(rate(draftgate_modelled_net_cost_ratio_sum{MP}[{R}])) / '
                                                   f'sum(rate(draftgate_modelled_net_cost_ratio_count{MP}[{R}]))'),
     ], "Mean saving per speculated request. The key panel: predicted should lie on measured; the modelled line "
        "is the law at the acceptance observed, not a measurement."),
-    ("tau per class: predicted, observed, and vLLM's own", "short", [
-        ("predicted {{class}}", f'sum by (class) (rate(draftgate_predicted_tau_sum{MP}[{R}])) / '
-                                f'sum by (class) (rate(draftgate_predicted_tau_count{MP}[{R}]))'),
-        ("observed {{class}}", f'sum by (class) (rate(draftgate_observed_tau_sum{MP}[{R}])) / '
-                               f'sum by (class) (rate(draftgate_observed_tau_count{MP}[{R}]))'),
-        ("vLLM counters (all classes)", f'sum(rate(vllm:spec_decode_num_accepted_tokens_total[{R}])) / '
+    ("tau per kind of request: predicted, observed, and vLLM's own", "short", [
+        ("predicted {{kind}}", f'sum by (kind) (rate(draftgate_predicted_tau_sum{MP}[{R}])) / '
+                               f'sum by (kind) (rate(draftgate_predicted_tau_count{MP}[{R}]))'),
+        ("observed {{kind}}", f'sum by (kind) (rate(draftgate_observed_tau_sum{MP}[{R}])) / '
+                              f'sum by (kind) (rate(draftgate_observed_tau_count{MP}[{R}]))'),
+        ("vLLM counters (all kinds)", f'sum(rate(vllm:spec_decode_num_accepted_tokens_total[{R}])) / '
                                         f'sum(rate(vllm:spec_decode_num_drafts_total[{R}]))'),
     ], "Accepted draft tokens per round."),
     ("Schema fraction against break-even", "percentunit", [
@@ -97,11 +97,12 @@ PANELS: list[tuple[str, str, list[tuple[str, str]], str]] = [
         ("on defaults", f'max(draftgate_calibration_is_default{M})'),
     ], "Predicted minus observed saving (alert above 0.15); 1 while no calibration file is loaded."),
     ("Routing regret (estimated from exploration)", "percentunit", [
-        ("{{class}}", f"sum by (class) (rate(draftgate_routing_regret_gpu_seconds_total{M}[1h])) / "
-                      f"sum by (class) (rate(draftgate_routed_gpu_seconds_total{M}[1h]))"),
-    ], "Share of the gated requests' GPU time spent over the kind of pool that was cheaper for their class and "
-       "load band, as the exploration share measures both kinds. A request that would have paid elsewhere within "
-       "its class is not seen; bench/routing_regret.py measures that against ground truth."),
+        ("{{kind}}", f"sum by (kind) (rate(draftgate_routing_regret_gpu_seconds_total{M}[1h])) / "
+                     f"sum by (kind) (rate(draftgate_routed_gpu_seconds_total{M}[1h]))"),
+    ], "Share of the gated requests' GPU time spent over what the other sort of pool (speculating or plain) "
+       "would have cost where it was cheaper for their kind and load band, as the exploration share measures both. "
+       "A request that would have paid elsewhere within "
+       "its kind is not seen; bench/routing_regret.py measures that against ground truth."),
     ("Fleet plan: this fleet would serve more split as ...", "percentunit", [
         ("{{fleet}}", "draftgate_plan_predicted_gain_ratio * on () group_left (fleet) draftgate_plan_recommendation"),
     ], "How much more traffic within the latency targets the fleet the plan recommends would serve than the "

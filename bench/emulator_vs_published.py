@@ -59,7 +59,7 @@ def closed_loop(bank: Bank, items: list[mix.Item], concurrency: int) -> list[Ser
     """The items' chat requests, greedy, ``concurrency`` at a time on one plain emulated server."""
     fleet = Fleet((OFF,))
     sim = Simulation(fleet, bank, proxy_settings(fleet, 1024), Calibration(), bank.seed, 1024)
-    requests = [bank.prepared(f"{i.id}#greedy", i.kind, dict(i.requests[-1], temperature=0)) for i in items]
+    requests = [bank.prepared(f"{i.id}#greedy", i.workload, dict(i.requests[-1], temperature=0)) for i in items]
     return sim.run(ClosedLoop(requests, concurrency), (0.0, float("inf")), float("inf")).served
 
 
@@ -116,7 +116,7 @@ def measure(bank: Bank, pool: PoolSpec, items: list[mix.Item], concurrency: int)
     ``concurrency``, in virtual time."""
     fleet = Fleet((pool,))
     sim = Simulation(fleet, bank, proxy_settings(fleet, 1024), Calibration(), bank.seed, 1024)
-    requests = [bank.prepared(f"{i.id}#greedy", i.kind, dict(i.requests[-1], temperature=0)) for i in items]
+    requests = [bank.prepared(f"{i.id}#greedy", i.workload, dict(i.requests[-1], temperature=0)) for i in items]
     run = sim.run(ClosedLoop(requests, concurrency), (0.0, float("inf")), float("inf"))
     tokens = sum(s.tokens for s in run.served)
     return statistics.fmean(s.tpot for s in run.served), sum(s.gpu_seconds for s in run.served) / tokens

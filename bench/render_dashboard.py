@@ -22,7 +22,7 @@ import httpx
 from bench.dashboard_spec import PANELS
 from draftgate.plots import plt
 
-KEY_PANELS = ("Saving: predicted against measured", "tau per class: predicted, observed, and vLLM's own",
+KEY_PANELS = ("Saving: predicted against measured", "tau per kind of request: predicted, observed, and vLLM's own",
               "Traffic by route", "Schema fraction against break-even")
 
 

@@ -41,8 +41,8 @@ SPEC = '{"method": "draft_model", "model": "Qwen/Qwen3-4B", "num_speculative_tok
 
 def workload(item: mix.Item) -> str:
     """The item's kind, with a BFCL tool call's category (its id up to the number)."""
-    if item.kind != "tool call":
-        return item.kind
+    if item.workload != "tool_call":
+        return item.workload
     return "tool call: " + re.sub(r"_\d+$", "", item.id).removesuffix("_python")
 
 

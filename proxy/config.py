@@ -31,12 +31,10 @@ from pydantic_settings import (
 
 from draftgate.policy.calibration import METHOD_DEFAULTS
 from draftgate.policy.copying import lookup_bounds
+from draftgate.policy.kinds import KINDS
 from draftgate.policy.structure.priors import StructurePriors
 from draftgate.policy.structure.sampling import SamplingDefaults
 from draftgate.proxy.upstream import tls_context
-
-# what the gate tells requests apart by (``Plan.request_class``): the kinds the fleet is planned and routed for
-KINDS = ("tool", "tool_auto", "json", "reasoning", "prose")
 
 
 class ConfigError(ValueError):

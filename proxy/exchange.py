@@ -234,7 +234,7 @@ class Exchange:
                 read_timeout)
             if self.response.status_code in RETRYABLE_STATUS:
                 await self._end_attempt()
-                up.metrics.upstream_errors.labels(pool=pool.name, kind=f"http_{self.response.status_code}").inc()
+                up.metrics.upstream_errors.labels(pool=pool.name, error=f"http_{self.response.status_code}").inc()
                 up.count_failed_answer(pool, replica)
                 return f"upstream answered {self.response.status_code}", self.response.status_code
             self.content = await _read_until(self.response, until)
@@ -249,7 +249,7 @@ class Exchange:
                 log.warning("upstream connect failed", extra={"replica": replica.url, "error": str(exc)})
             else:
                 up.count_failed_answer(pool, replica)
-            up.metrics.upstream_errors.labels(pool=pool.name, kind=kind).inc()
+            up.metrics.upstream_errors.labels(pool=pool.name, error=kind).inc()
             return reason, status
         if until == "end":  # else the answer is good only once it has come whole: the relay says
             replica.answered()
@@ -286,7 +286,7 @@ class Exchange:
     def failed_midway(self, kind: str) -> None:
         """The answer broke after the client had part of it: too late for another pool."""
         assert self.pool is not None and self.replica is not None
-        self.upstreams.metrics.upstream_errors.labels(pool=self.pool.name, kind=kind).inc()
+        self.upstreams.metrics.upstream_errors.labels(pool=self.pool.name, error=kind).inc()
         self.upstreams.count_failed_answer(self.pool, self.replica)
 
     # ------------------------------------------------------------ answering the client

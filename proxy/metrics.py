@@ -102,8 +102,8 @@ class ProxyMetrics:
                                    "to a plain pool unassessed (the log has the traceback).", registry=r)
         self.shed = Counter("draftgate_shed", "Requests refused with 503 because every pool was full.",
                             ["model"], registry=r)
-        self.upstream_errors = Counter("draftgate_upstream_errors", "Upstream failures, by pool and kind.",
-                                       ["pool", "kind"], registry=r)
+        self.upstream_errors = Counter("draftgate_upstream_errors", "Upstream failures, by pool and error.",
+                                       ["pool", "error"], registry=r)
         self.ejections = Counter("draftgate_replica_ejections", "Replicas taken out of rotation for failing "
                                  "answers (in a row, or a large share) while their health checks passed.",
                                  ["pool"], registry=r)
@@ -118,15 +118,15 @@ class ProxyMetrics:
                                       registry=r)
         self.learner_shapes = Gauge("draftgate_learner_shapes", "Request shapes the structure learner tracks.",
                                     registry=r)
-        # predicted against observed, per model, pool and request class
-        per = ["model", "pool", "class"]
+        # predicted against observed, per model, pool and kind of request
+        per = ["model", "pool", "kind"]
         self.ws_predicted = Histogram("draftgate_predicted_schema_fraction", "Predicted schema-bound share w_S.",
                                       per, buckets=_FRACTION_BUCKETS, registry=r)
         self.ws_observed = Histogram("draftgate_observed_schema_fraction", "Observed schema-bound share w_S.",
                                      per, buckets=_FRACTION_BUCKETS, registry=r)
         self.request_tokens = Histogram("draftgate_request_tokens", "Prompt and output tokens of completed "
-                                        "requests, by request class (what draftgate plan sizes traffic from).",
-                                        ["model", "class", "kind"], buckets=_TOKEN_BUCKETS, registry=r)
+                                        "requests, by kind of request (what draftgate plan sizes traffic from).",
+                                        ["model", "kind", "part"], buckets=_TOKEN_BUCKETS, registry=r)
         self.ws_break_even = Histogram("draftgate_break_even_schema_fraction",
                                        "Per-request break-even w_S* (span form) for its R:F split.", ["model", "pool"],
                                        buckets=_FRACTION_BUCKETS, registry=r)
@@ -142,20 +142,20 @@ class ProxyMetrics:
                                        "not a measurement.", per, buckets=_COST_RATIO_BUCKETS, registry=r)
         self.saving_time = Gauge("draftgate_observed_time_saving_ratio",
                                  "Saving measured from time per output token, speculation pool against plain pool, "
-                                 "same class and load band (streams against streams, other answers against "
-                                 "their own kind).", ["model", "pool", "class", "load_band"], registry=r)
+                                 "same kind of request and load band (streams against streams, other answers "
+                                 "against the same).", ["model", "pool", "kind", "load_band"], registry=r)
         self.drift = Gauge("draftgate_saving_drift_ratio",
                            "Mean predicted minus measured saving over the last requests (drift window).",
                            ["model", "pool"], registry=r)
         self.tau_attributed = Gauge("draftgate_attributed_tau",
-                                    "Per-class tau attributed from the pool's counters (no per-request metrics).",
-                                    ["pool", "class"], registry=r)
+                                    "Tau per token class (s, r, f) attributed from the pool's counters (no "
+                                    "per-request metrics).", ["pool", "token_class"], registry=r)
         self.output_tokens = Counter("draftgate_output_tokens", "Output tokens by class, as measured on responses.",
                                      ["model", "pool", "token_class"], registry=r)
         self.ttft = Histogram("draftgate_time_to_first_token_seconds", "Time to first token through the proxy.",
-                              ["pool", "class"], buckets=_TTFT_BUCKETS, registry=r)
+                              ["pool", "kind"], buckets=_TTFT_BUCKETS, registry=r)
         self.tpot = Histogram("draftgate_decode_seconds_per_token", "Decode time per output token (streams).",
-                              ["pool", "class", "load_band"], buckets=_TPOT_BUCKETS, registry=r)
+                              ["pool", "kind", "load_band"], buckets=_TPOT_BUCKETS, registry=r)
         self.gpu_saved = Counter("draftgate_gpu_seconds_saved", "GPU-seconds speculation saved (measured from "
                                  "time per token against the plain pool).", ["model", "pool"], registry=r)
         self.gpu_lost = Counter("draftgate_gpu_seconds_lost", "GPU-seconds speculation cost extra (measured from "
@@ -166,14 +166,14 @@ class ProxyMetrics:
                                   ["model", "pool", "currency"], registry=r)
         self.routed_seconds = Counter(
             "draftgate_routed_gpu_seconds", "GPU-seconds the gated requests caused, estimated from the measured time "
-            "per token of their class and load band (the denominator of routing regret).", ["model", "class"],
+            "per token of their kind and load band (the denominator of routing regret).", ["model", "kind"],
             registry=r)
         self.regret_seconds = Counter(
             "draftgate_routing_regret_gpu_seconds", "GPU-seconds the gated requests cost over the pool that was "
-            "cheaper for their class and load band, as the exploration share measures the two pools.",
-            ["model", "class"], registry=r)
+            "cheaper for their kind and load band, as the exploration share measures the two pools.",
+            ["model", "kind"], registry=r)
         self.exploration = Counter("draftgate_exploration_requests", "Requests sent to the pool the gate did not "
-                                   "choose, to keep the counterfactual measured.", ["model", "class", "pool"],
+                                   "choose, to keep the counterfactual measured.", ["model", "kind", "pool"],
                                    registry=r)
         self.break_even_alpha = Gauge("draftgate_break_even_acceptance",
                                       "Break-even acceptance alpha* per pool and concurrency band.",

@@ -23,6 +23,7 @@ from draftgate.policy.assignment import Assignment, Capacity, Turns, spill
 from draftgate.policy.calibration import Calibration, CalibrationError
 from draftgate.policy.fleet import Recommendation, TrafficWindow
 from draftgate.policy.gate import Affinity, Decision, GatePolicy, decide
+from draftgate.policy.kinds import kind_of
 from draftgate.policy.plan_feedback import Latencies, PlanFeedback
 from draftgate.policy.structure import (
     ObservedStructure,
@@ -72,7 +73,7 @@ class Plan:
         return min(1.0, match.cached_tokens / max(1.0, self.estimate.prompt_tokens))
 
     @property
-    def request_class(self) -> str:
+    def kind(self) -> str:
         """A low-cardinality label for what kind of request this is (``kind_of``)."""
         return kind_of(self.estimate)
 
@@ -108,23 +109,9 @@ class Plan:
             "affinity": None if self.affinity is None else {
                 "pool": self.affinity.placement.pool, "cached_tokens": self.affinity.cached_tokens,
                 "via": self.affinity.via},
-            "kind": self.request_class,
+            "kind": self.kind,
             "assignment": None if self.assigned is None else dict(self.assigned),
         }
-
-
-def kind_of(e: StructureEstimate) -> str:
-    """What kind of request the estimate says it is, of ``config.KINDS``: what the fleet is planned and
-    routed for, and the class label of the metrics."""
-    if e.thinking:
-        return "reasoning"
-    if e.constrained and e.p_tool_call >= 1.0:
-        return "tool"
-    if e.constrained:
-        return "json"
-    if e.p_tool_call > 0:
-        return "tool_auto"
-    return "prose"
 
 
 class Reading(NamedTuple):
@@ -455,7 +442,7 @@ class Planner:
         result = plan.explain()
         result["depths"] = [{"pool": p.name, "configured": p.config.speculation.gamma, "reported": p.reported_depth,
                              "priced_at": p.depth} for p in self.pools if p.config.speculation is not None]
-        law = self.law.get(plan.request_class)
+        law = self.law.get(plan.kind)
         if law is not None:  # the fleet plan's view of the request's kind, once there is a plan
             result["plan_law"] = law.as_dict()
         if not gated:
@@ -472,7 +459,7 @@ class Planner:
         measured) and where its conversation's prefix is now cached."""
         if measured is not None and measured.total_tokens > 0 and plan.shape:  # a fallback plan has no shape
             self.learner.observe(plan.shape, measured)
-            self.traffic.add(self.clock(), plan.request_class, measured.total_tokens,
+            self.traffic.add(self.clock(), plan.kind, measured.total_tokens,
                              prompt_tokens * (1.0 - plan.cached_share(pool)), measured.w_s, measured.w_r,
                              plan.estimate.temperature, plan.model or "")
         self.affinity.record(plan.conversation, pool, replica, prompt_tokens)
@@ -502,7 +489,7 @@ class Planner:
         target = others[0].pool
         plan.order = [target] + [name for name in plan.order if name != target]
         plan.explored = True
-        self.metrics.exploration.labels(model=self.metrics.model_label(plan.model), **{"class": plan.request_class},
+        self.metrics.exploration.labels(model=self.metrics.model_label(plan.model), kind=plan.kind,
                                        pool=target).inc()
 
     def _remember(self, shape: str, route: str) -> None:

@@ -117,8 +117,8 @@ class Recorder:
             prompt_tokens = observation.prompt_tokens or plan.estimate.prompt_tokens
             self.planner.learn(plan, measured, pool.name, replica.url, float(prompt_tokens))
             tokens = m.request_tokens
-            tokens.labels(model=model, **{"class": plan.request_class}, kind="prompt").observe(float(prompt_tokens))
-            tokens.labels(model=model, **{"class": plan.request_class}, kind="output").observe(measured.total_tokens)
+            tokens.labels(model=model, kind=plan.kind, part="prompt").observe(float(prompt_tokens))
+            tokens.labels(model=model, kind=plan.kind, part="output").observe(measured.total_tokens)
         if settings.log_requests and RequestLog.stream is not None:
             self._log(outcome, route, measured, tau_obs, saving_obs)
         if self.traffic is not None and status == 200 and outcome.sent is not None:
@@ -137,8 +137,8 @@ class Recorder:
         """``model`` is the model's label value (ProxyMetrics.model_label)."""
         m = self.metrics
         calibration = self.planner.calibration
-        cls = plan.request_class
-        labels = {"model": model, "pool": pool.name, "class": cls}
+        kind = plan.kind
+        labels = {"model": model, "pool": pool.name, "kind": kind}
         m.ws_predicted.labels(**labels).observe(plan.estimate.w_s)
         m.ws_observed.labels(**labels).observe(measured.w_s)
         for token_class, count in (("s", measured.tokens.s), ("r", measured.tokens.r), ("f", measured.tokens.f)):
@@ -155,14 +155,14 @@ class Recorder:
         cost = plan.decision.cost_of(pool.name)
         batch = cost.batch if cost is not None else 1.0
         band = load_band(batch)
-        self._timing(observation, measured, pool, model, cls, band)
+        self._timing(observation, measured, pool, model, kind, band)
         if not plan.explored:
-            self._count_regret(model, pool, cls, band, batch, measured.total_tokens)
+            self._count_regret(model, pool, kind, band, batch, measured.total_tokens)
         if plan.decision.break_even_ws is not None:
             m.ws_break_even.labels(model=model, pool=pool.name).observe(plan.decision.break_even_ws)
         if not pool.speculative or cost is None or plan.estimate.speculation_unsupported:
             return None, None
-        self._count_measured_saving(model, pool.name, cls, band, batch, cost.saving, measured.total_tokens)
+        self._count_measured_saving(model, pool.name, kind, band, batch, cost.saving, measured.total_tokens)
         mix = law.ClassMix(plan.estimate.w_s, plan.estimate.w_r, max(0.0, 1 - plan.estimate.w_s - plan.estimate.w_r))
         predicted_tau = 1.0 / sum(w / (cost.tau[c] + 1.0) for c, w in mix.items()) - 1.0
         m.tau_predicted.labels(**labels).observe(predicted_tau)
@@ -187,11 +187,11 @@ class Recorder:
         m.cost_modelled.labels(**labels).observe(1.0 - modelled)
         return tau_obs, modelled
 
-    def _count_measured_saving(self, model: str, pool: str, cls: str, band: str, batch: float, predicted: float,
+    def _count_measured_saving(self, model: str, pool: str, kind: str, band: str, batch: float, predicted: float,
                                tokens: float) -> None:
         """The drift gauge and the GPU-seconds and money counters, from the measured saving of the
         request's class and load band; nothing is counted until both pools have been timed there."""
-        timed = self._measured(cls, band)
+        timed = self._measured(kind, band)
         if timed is None:
             return
         saving, plain_per_token = timed
@@ -212,50 +212,50 @@ class Recorder:
             m.money_saved.labels(model=model, pool=pool, currency=settings.currency).inc(money if saved else 0.0)
             m.money_lost.labels(model=model, pool=pool, currency=settings.currency).inc(money if lost else 0.0)
 
-    def _count_regret(self, model: str, pool: Pool, cls: str, band: str, batch: float, tokens: float) -> None:
+    def _count_regret(self, model: str, pool: Pool, kind: str, band: str, batch: float, tokens: float) -> None:
         """Routing regret, estimated: what a gated request cost over the kind of pool that, by the
         measured saving of its class and load band, was cheaper for it. The exploration share keeps
         both kinds measured; within a class, a request that would have paid elsewhere is not seen."""
-        timed = self._measured(cls, band)
+        timed = self._measured(kind, band)
         if timed is None:
             return
         saving, plain_per_token = timed
         plain = tokens * plain_per_token / batch
         caused = plain * (1.0 - saving) if pool.speculative else plain
         regret = max(0.0, -saving if pool.speculative else saving) * plain
-        self.metrics.routed_seconds.labels(model=model, **{"class": cls}).inc(caused)
+        self.metrics.routed_seconds.labels(model=model, kind=kind).inc(caused)
         if regret > 0:
-            self.metrics.regret_seconds.labels(model=model, **{"class": cls}).inc(regret)
+            self.metrics.regret_seconds.labels(model=model, kind=kind).inc(regret)
 
-    def _measured(self, cls: str, band: str) -> tuple[float, float] | None:
+    def _measured(self, kind: str, band: str) -> tuple[float, float] | None:
         """(saving, plain seconds per token) from time, streams first, for a class and load band."""
         for streamed in (True, False):
-            spec, plain = self.tpot.get((True, cls, band, streamed)), self.tpot.get((False, cls, band, streamed))
+            spec, plain = self.tpot.get((True, kind, band, streamed)), self.tpot.get((False, kind, band, streamed))
             if spec is not None and plain is not None and plain > 0:
                 return 1.0 - spec / plain, plain
         return None
 
-    def _timing(self, observation: Observation, measured: ObservedStructure, pool: Pool, model: str, cls: str,
+    def _timing(self, observation: Observation, measured: ObservedStructure, pool: Pool, model: str, kind: str,
                 band: str) -> None:
         m = self.metrics
         if observation.first_byte_at is None or observation.finished_at is None or measured.total_tokens < 2:
             return
         streamed = observation.finished_at > observation.first_byte_at
         if streamed:
-            m.ttft.labels(pool=pool.name, **{"class": cls}).observe(observation.first_byte_at - observation.started)
+            m.ttft.labels(pool=pool.name, kind=kind).observe(observation.first_byte_at - observation.started)
             per_token = (observation.finished_at - observation.first_byte_at) / (measured.total_tokens - 1)
-            m.tpot.labels(pool=pool.name, **{"class": cls}, load_band=band).observe(per_token)
+            m.tpot.labels(pool=pool.name, kind=kind, load_band=band).observe(per_token)
             self.planner.answered(pool.name, observation.first_byte_at - observation.started, per_token)
         else:  # one body: its whole time, prefill included, per token; compared with other whole answers only
             per_token = (observation.finished_at - observation.started) / measured.total_tokens
-        key = (pool.speculative, cls, band, streamed)
+        key = (pool.speculative, kind, band, streamed)
         previous = self.tpot.get(key)
         self.tpot[key] = per_token if previous is None else previous + 0.1 * (per_token - previous)
-        timed = self._measured(cls, band)
+        timed = self._measured(kind, band)
         if timed is not None:
             for p in self.pools:
                 if p.speculative:
-                    m.saving_time.labels(model=model, pool=p.name, **{"class": cls}, load_band=band).set(timed[0])
+                    m.saving_time.labels(model=model, pool=p.name, kind=kind, load_band=band).set(timed[0])
 
     def _attributed_tau(self, pool: str, measured: ObservedStructure) -> float | None:
         replicas = self.pools.pools.get(pool)
@@ -310,7 +310,7 @@ class Recorder:
         attribution.add_window(accepted - previous, tokens)
         for c, tau in attribution.tau().items():
             if tau is not None:
-                self.metrics.tau_attributed.labels(pool=pool.name, **{"class": c}).set(tau)
+                self.metrics.tau_attributed.labels(pool=pool.name, token_class=c).set(tau)
 
     def refresh_gauges(self) -> None:
         planner, m = self.planner, self.metrics
@@ -355,7 +355,7 @@ class Recorder:
             "event": "request", "id": observation.response_id, "request_id": observation.request_id,
             "endpoint": plan.endpoint, "key": plan.caller.label,
             "model": plan.model or "", "route": route, "replica": replica,
-            "decided": plan.decision.route, "explored": plan.explored, "class": plan.request_class,
+            "decided": plan.decision.route, "explored": plan.explored, "kind": plan.kind,
             "status": status, "stream": streams(plan.body),
             "w_s_predicted": round(plan.estimate.w_s, 4),
             "predicted_saving": round(plan.decision.predicted_saving, 4),

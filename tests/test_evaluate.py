@@ -69,13 +69,13 @@ def test_the_verdict_is_the_same_json_on_every_run_even_beside_a_busy_processor(
         for rate in entry["rates"]:
             assert 0 <= rate["slo_attainment"] <= 1 and rate["provisioned_gpu_ms_per_token"] > 0, name
             assert rate["busy_gpu_ms_per_token"] <= rate["provisioned_gpu_ms_per_token"] * 1.001, name
-        assert entry["burst"]["requests"] == 8 and set(entry["cost_by_kind"]) <= set(mix.KINDS)
+        assert entry["burst"]["requests"] == 8 and set(entry["cost_by_workload"]) <= set(mix.WORKLOADS)
     gate = strategies[GATE]
     predicted = gate["plan_predicted_capacity_rps_per_gpu"]
     assert 0 < predicted["min"] <= predicted["mean"] <= predicted["max"] and len(predicted["by_seed"]) == 1
     for error, p, c in zip(gate["plan_error_by_seed"], predicted["by_seed"], gate["capacity_rps_per_gpu"]["by_seed"]):
         assert error == pytest.approx(p / c - 1, abs=0.01)
-    for kind, routes in gate["routes_by_kind"].items():
+    for kind, routes in gate["routes_by_workload"].items():
         assert set(routes) <= set(gate["composition"]) and abs(sum(routes.values()) - 1) < 0.01, kind
     # objective cost: a fleet planned for each light rate, run at it, beside the cheapest homogeneous one
     costed = summary["fleets"]["2"]["cost_objective"]
@@ -168,7 +168,7 @@ def test_bad_input_is_one_line_and_exit_status_2(tmp_path: Path) -> None:
              "an unknown GPU": ["--gpu", "A1"],
              "a target that does not fit one GPU": ["--model", "meta-llama/Llama-3.1-70B-Instruct"],
              "a profile that is not a file": ["--profile", str(tmp_path / "missing.yaml")],
-             "a mix with an unknown kind": ["--mix", "tool_call=4,gossip=1"],
+             "a mix with an unknown workload": ["--mix", "tool_call=4,gossip=1"],
              "a mix weight that is not a number": ["--mix", "chat=lots"],
              "a mix that weighs nothing": ["--mix", "chat=0,reasoning=0"],
              "a traffic file with a broken line": ["--traffic", str(broken)],

@@ -88,7 +88,7 @@ def test_the_observed_saving_is_measured_from_time_and_matches_the_emulators_tru
     drift = metric_value(text, "draftgate_saving_drift_ratio", pool="spec-on")
     assert drift == pytest.approx((1 - predicted) - measured, abs=0.15)
     # the gate chose the kind of pool the measured saving says was cheaper: no routing regret
-    assert metric_value(text, "draftgate_routed_gpu_seconds_total", **{"class": "json"}) > 0
+    assert metric_value(text, "draftgate_routed_gpu_seconds_total", kind="json") > 0
     assert metric_value(text, "draftgate_routing_regret_gpu_seconds_total") == 0
 
 
@@ -102,8 +102,8 @@ def test_routing_regret_is_estimated_from_what_exploration_measures() -> None:
             httpx.post(f"{st.proxy.url}/v1/chat/completions", json=schema_body(i), timeout=60)
         text = httpx.get(f"{st.proxy.url}/metrics").text
     measured = metric_value(text, "draftgate_observed_time_saving_ratio", pool="spec-on", load_band="1")
-    routed = metric_value(text, "draftgate_routed_gpu_seconds_total", **{"class": "json"})
-    regret = metric_value(text, "draftgate_routing_regret_gpu_seconds_total", **{"class": "json"})
+    routed = metric_value(text, "draftgate_routed_gpu_seconds_total", kind="json")
+    regret = metric_value(text, "draftgate_routing_regret_gpu_seconds_total", kind="json")
     assert measured > 0.3 and routed > 0
     assert regret / routed == pytest.approx(measured, abs=0.1)
 
@@ -124,7 +124,7 @@ def test_counter_attribution_when_responses_carry_no_metrics() -> None:
         text = httpx.get(f"{st.proxy.url}/metrics").text
         truth = httpx.get(f"{st.on.url}/debug/ground-truth").json()
         for cls in ("s", "f"):
-            attributed = metric_value(text, "draftgate_attributed_tau", pool="spec-on", **{"class": cls})
+            attributed = metric_value(text, "draftgate_attributed_tau", pool="spec-on", token_class=cls)
             assert attributed == pytest.approx(truth["tau"][cls], rel=0.15, abs=0.15), cls
         assert metric_value(text, "draftgate_observed_tau_count", source="counters") > 0
 

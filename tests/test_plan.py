@@ -279,7 +279,7 @@ def test_draftgate_plan_on_a_log_the_proxy_recorded(tmp_path: Path) -> None:
 
 
 def _log_of(path: Path, requests: int) -> Path:
-    rows = [{"event": "request", "status": 200, "ts": 1000 + i, "class": "tool" if i % 2 else "prose",
+    rows = [{"event": "request", "status": 200, "ts": 1000 + i, "kind": "tool" if i % 2 else "prose",
              "completion_tokens": 30 if i % 2 else 200, "prompt_tokens": 400, "cached_tokens": 0,
              "w_s_observed": 1.0 if i % 2 else 0.0, "temperature": 0.0} for i in range(requests)]
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))

@@ -19,10 +19,10 @@ PLAIN, EAGLE, NGRAM = Candidate("plain"), Candidate("eagle3-k3", "eagle3", 3), C
 
 def test_a_mix_is_parsed_over_the_verdicts_kinds_and_draws_only_what_it_weighs() -> None:
     weights = mix.parse_mix("tool_call=3, chat=1,agent session=0")
-    assert weights == {"tool call": 3.0, "chat": 1.0, "agent session": 0.0, "reasoning": 0.0, "conversation": 0.0}
-    drawn = Counter(item.kind for item in mix.sample("verdict", 800, 5, weights))
-    assert set(drawn) == {"tool call", "chat"} and 2.4 < drawn["tool call"] / drawn["chat"] < 3.8
-    assert mix.requests_per_item("verdict", {"agent session": 1.0}) > 2  # a session's turns each count
+    assert weights == {"tool_call": 3.0, "chat": 1.0, "agent_session": 0.0, "reasoning": 0.0, "conversation": 0.0}
+    drawn = Counter(item.workload for item in mix.sample("verdict", 800, 5, weights))
+    assert set(drawn) == {"tool_call", "chat"} and 2.4 < drawn["tool_call"] / drawn["chat"] < 3.8
+    assert mix.requests_per_item("verdict", {"agent_session": 1.0}) > 2  # a session's turns each count
     # the default mix is the one the verdict always drew: the same items for the same seed
     assert list(itertools.islice(mix.stream("verdict", 9), 50)) == list(
         itertools.islice(mix.stream("verdict", 9, dict(mix.WEIGHTS)), 50))

@@ -402,7 +402,7 @@ def test_a_passed_through_answer_cut_midway_is_cut_for_the_client_too() -> None:
             assert raw.recv(100).startswith(b"HTTP/1.1 400")
         assert wait_until(lambda: "Invalid HTTP request" in proxy.output())
         assert metric_value(httpx.get(f"{proxy.url}/metrics").text, "draftgate_upstream_errors_total",
-                            kind="mid_body") == 1
+                            error="mid_body") == 1
         lines = proxy.output().splitlines()[1:]  # after the "serving on" banner
     records = [json.loads(line) for line in lines]  # every line is one JSON object
     (cut,) = [r for r in records if r["message"].startswith("a passed-through answer broke midway")]

@@ -54,7 +54,7 @@ def test_what_the_proxy_serves_is_recorded_session_by_session_and_replays(tmp_pa
     items = [item for split in ("calibration", "verdict")
              for found in traffic_file.items(str(path), split).values() for item in found]
     assert sum(len(item.requests) for item in items) == len(lines)
-    assert {item.kind for item in items} == {"conversation", "chat", "tool call"}
+    assert {item.workload for item in items} == {"conversation", "chat", "tool_call"}
     assert all(turn["model"] == mix.MODEL for item in items for turn in item.requests)
 
 

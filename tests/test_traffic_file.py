@@ -54,14 +54,14 @@ def test_a_file_is_read_as_items_of_the_verdicts_kinds_split_as_the_built_in_dat
     calibration, verdict = traffic_file.items(path, "calibration"), traffic_file.items(path, "verdict")
     every = [item for part in (calibration, verdict) for found in part.values() for item in found]
     assert len(every) == 30 + 60
-    by_kind = {kind: len(calibration[kind]) + len(verdict[kind]) for kind in mix.KINDS}
-    assert by_kind == {"agent session": 30, "tool call": 20, "chat": 20, "reasoning": 20, "conversation": 0}
+    by_workload = {w: len(calibration[w]) + len(verdict[w]) for w in mix.WORKLOADS}
+    assert by_workload == {"agent_session": 30, "tool_call": 20, "chat": 20, "reasoning": 20, "conversation": 0}
     session = next(item for item in every if item.id == "traffic:s4")
     assert [len(turn["messages"]) for turn in session.requests] == [1, 3, 1]  # in the file's order
     assert session.requests[2]["tools"][0]["function"]["name"] == "get_weather"  # Responses, as vLLM turns it
     assert all(turn["model"] == mix.MODEL for item in every for turn in item.requests)  # the emulated target
     assert all(mix.split_of(item.id) == "calibration" for found in calibration.values() for item in found)
-    assert traffic_file.shares(path)["agent session"] == pytest.approx(30 / 90)
+    assert traffic_file.shares(path)["agent_session"] == pytest.approx(30 / 90)
 
 
 def test_a_replayed_sessions_turns_are_sent_in_order_each_after_the_last_is_answered(tmp_path: Path) -> None:

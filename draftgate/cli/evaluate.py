@@ -28,8 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--burst", type=int, default=64, help="requests per GPU of the burst; 0 leaves it out")
     parser.add_argument("--workers", type=int, default=0, help="processes running the simulations (default: "
                                                                 "one per core); the figures do not depend on it")
-    parser.add_argument("--mix", metavar="KIND=WEIGHT,...", help="the traffic: weights over the kinds tool_call, "
-                        "agent_session, chat, reasoning, conversation; a kind not named weighs 0 (default "
+    parser.add_argument("--mix", metavar="WORKLOAD=WEIGHT,...", help="the traffic: weights over the workloads "
+                        "tool_call, agent_session, chat, reasoning, conversation; one not named weighs 0 (default "
                         "tool_call=4,agent_session=2,chat=2,reasoning=1,conversation=1)")
     parser.add_argument("--traffic", metavar="FILE", help="emulated: your own requests to replay instead of the "
                         "built-in data, JSON lines (docs/traffic.md), in their own mix unless --mix says otherwise")

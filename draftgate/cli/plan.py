@@ -64,7 +64,7 @@ def rows_from_log(path: Path) -> tuple[list[dict[str, Any]], float]:
         if not all(isinstance(record.get(key), (int, float)) for key in ("completion_tokens", "ts")):
             continue
         prompt = float(record.get("prompt_tokens") or 0.0)
-        rows.append({"kind": str(record.get("class", "prose")), "output_tokens": float(record["completion_tokens"]),
+        rows.append({"kind": str(record.get("kind", "prose")), "output_tokens": float(record["completion_tokens"]),
                      "prefill_tokens": max(0.0, prompt - float(record.get("cached_tokens") or 0.0)),
                      "w_s": float(record.get("w_s_observed") or 0.0), "w_r": float(record.get("w_r_observed") or 0.0),
                      "temperature": float(record.get("temperature") or 0.0)})
@@ -98,7 +98,7 @@ def rows_from_metrics(url: str, window: float) -> tuple[list[dict[str, Any]], fl
         for family in families:
             for sample in family.samples:
                 if sample.name.startswith(("draftgate_request_tokens", "draftgate_observed_schema_fraction")):
-                    key = (sample.name, sample.labels.get("class", ""), sample.labels.get("kind", ""),
+                    key = (sample.name, sample.labels.get("kind", ""), sample.labels.get("part", ""),
                            sample.labels.get("le", ""))
                     out[key] += sample.value
         return out
@@ -108,25 +108,26 @@ def rows_from_metrics(url: str, window: float) -> tuple[list[dict[str, Any]], fl
     second = scrape()
     delta = {key: second[key] - first.get(key, 0.0) for key in second}
     rows: list[dict[str, Any]] = []
-    kinds = {cls for (name, cls, kind, _), n in delta.items()
-             if name == "draftgate_request_tokens_count" and kind == "output" and n > 0}
-    for cls in sorted(kinds):
-        seen = delta.get(("draftgate_observed_schema_fraction_count", cls, "", ""), 0.0)
-        w_s = delta.get(("draftgate_observed_schema_fraction_sum", cls, "", ""), 0.0) / seen if seen else 0.0
-        outputs, prompts = _bucket_values(delta, cls, "output"), _bucket_values(delta, cls, "prompt")
+    kinds = {kind for (name, kind, part, _), n in delta.items()
+             if name == "draftgate_request_tokens_count" and part == "output" and n > 0}
+    for kind in sorted(kinds):
+        seen = delta.get(("draftgate_observed_schema_fraction_count", kind, "", ""), 0.0)
+        w_s = delta.get(("draftgate_observed_schema_fraction_sum", kind, "", ""), 0.0) / seen if seen else 0.0
+        outputs, prompts = _bucket_values(delta, kind, "output"), _bucket_values(delta, kind, "prompt")
         for i, output in enumerate(outputs):
-            rows.append({"kind": cls, "output_tokens": output, "prefill_tokens": prompts[i % len(prompts)] if prompts
-                         else 0.0, "w_s": w_s, "w_r": 1.0 - w_s if cls == "reasoning" else 0.0, "temperature": 0.0})
+            rows.append({"kind": kind, "output_tokens": output, "prefill_tokens": prompts[i % len(prompts)]
+                         if prompts else 0.0, "w_s": w_s, "w_r": 1.0 - w_s if kind == "reasoning" else 0.0,
+                         "temperature": 0.0})
     if len(rows) < 2:
         raise CliError(f"{url} completed {len(rows)} request(s) in {window:g} s; the plan needs traffic to size")
     return rows, window
 
 
-def _bucket_values(delta: dict[tuple[str, str, str, str], float], cls: str, kind: str) -> list[float]:
+def _bucket_values(delta: dict[tuple[str, str, str, str], float], kind: str, part: str) -> list[float]:
     """A value per request counted in the histogram's buckets: each bucket's middle (the last finite
     bound for the open one), and the buckets' mean scaled to the histogram's own sum."""
-    buckets = sorted((float(le), n) for (name, c, k, le), n in delta.items()
-                     if name == "draftgate_request_tokens_bucket" and c == cls and k == kind)
+    buckets = sorted((float(le), n) for (name, k, p, le), n in delta.items()
+                     if name == "draftgate_request_tokens_bucket" and k == kind and p == part)
     values: list[float] = []
     below, previous = 0.0, 0.0
     for bound, cumulative in buckets:
@@ -134,7 +135,7 @@ def _bucket_values(delta: dict[tuple[str, str, str, str], float], cls: str, kind
         middle = previous if bound == float("inf") else (previous + bound) / 2
         values += [middle] * count
         below, previous = cumulative, bound if bound != float("inf") else previous
-    total = delta.get(("draftgate_request_tokens_sum", cls, kind, ""), 0.0)
+    total = delta.get(("draftgate_request_tokens_sum", kind, part, ""), 0.0)
     if values and sum(values) > 0:
         values = [v * total / sum(values) for v in values]
     return values

@@ -56,7 +56,7 @@ from draftgate.progress import draw
 from draftgate.workloads import mix
 
 RATES_PER_GPU = (0.5, 1.0, 2.0, 4.0, 8.0)  # from light to past saturation
-REFERENCE_RATE_PER_GPU = 1.0  # where cost and routes by kind are reported
+REFERENCE_RATE_PER_GPU = 1.0  # where cost and routes by workload are reported
 MAX_NUM_SEQS = 1024  # vLLM's defaults on an H200
 MAX_NUM_BATCHED_TOKENS = 8192
 CALIBRATION_REQUESTS = 4
@@ -84,7 +84,7 @@ class Options:
     hardware: str = ""  # ``hardware_key``: "" for the default profile drawn from each seed
     # GPUs a replica: fleet sizes (``gpus``) and ``rates`` are then in replicas, and the summary in GPUs
     tensor_parallel_size: int = 1
-    mix: tuple[tuple[str, float], ...] = ()  # weights by kind (``mix.parse_mix``); () for the traffic's own
+    mix: tuple[tuple[str, float], ...] = ()  # weights by workload (``mix.parse_mix``); () for the traffic's own
     traffic: str = ""  # a traffic file (``workloads.traffic_file``) replayed instead of the built-in data
     # besides the gate: the best split the plan tried, and the fleets it plans for objective cost (an
     # accuracy grid leaves them out)
@@ -125,7 +125,7 @@ class Unit:
     routing: tuple[tuple[str, str], ...] = ()  # the gate's: kind -> pool, as its plan recommends
     rate: float | None = None  # per GPU: the one rate run, for a fleet planned for that rate (objective cost)
     hardware: str = ""  # the profile the seed's engines run (``hardware_key``)
-    mix: tuple[tuple[str, float], ...] = ()  # the traffic's weights by kind (``Options.mix``)
+    mix: tuple[tuple[str, float], ...] = ()  # the traffic's weights by workload (``Options.mix``)
     traffic: str = ""  # ``Options.traffic``
 
     @property
@@ -137,8 +137,8 @@ class Unit:
 class UnitResult:
     unit: Unit
     capacity: Capacity
-    by_kind: dict[str, dict[str, float]] = field(default_factory=dict)  # kind -> busy GPU-ms per token
-    routes: dict[str, dict[str, float]] = field(default_factory=dict)  # kind -> pool -> share
+    by_workload: dict[str, dict[str, float]] = field(default_factory=dict)  # workload -> busy GPU-ms per token
+    routes: dict[str, dict[str, float]] = field(default_factory=dict)  # workload -> pool -> share
     burst: Point | None = None
     same_as: str | None = None  # the strategy whose runs these are (``same_as``)
     at_rate: Point | None = None  # a unit run at its one rate: what it got there
@@ -190,7 +190,7 @@ def _settings(unit: Unit, targets: Targets) -> Any:
 
 
 def run_unit(unit: Unit, options: Options) -> UnitResult:
-    """The unit's capacity search over the rate grid, its cost and routes by kind at the reference rate,
+    """The unit's capacity search over the rate grid, its cost and routes by workload at the reference rate,
     and its burst."""
     result = UnitResult(unit, Capacity(0.0, (), True))
     if unit.rate is not None:
@@ -202,7 +202,7 @@ def run_unit(unit: Unit, options: Options) -> UnitResult:
         rate = per_gpu * unit.gpus
         run = simulate(unit, rate, options.requests, options.targets)
         if per_gpu == options.per_replica(REFERENCE_RATE_PER_GPU):
-            result.by_kind, result.routes = _by_kind(run)
+            result.by_workload, result.routes = _by_workload(run)
         return point(run, rate, options.targets)
 
     grid = sorted({*options.rates, options.per_replica(REFERENCE_RATE_PER_GPU)})
@@ -212,16 +212,16 @@ def run_unit(unit: Unit, options: Options) -> UnitResult:
     return result
 
 
-def _by_kind(run: Run) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+def _by_workload(run: Run) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
     seconds: dict[str, float] = {}
     tokens: dict[str, int] = {}
     routes: dict[str, dict[str, int]] = {}
     for s in run.served:
         if not s.measured:
             continue
-        seconds[s.kind] = seconds.get(s.kind, 0.0) + s.gpu_seconds
-        tokens[s.kind] = tokens.get(s.kind, 0) + s.tokens
-        by_pool = routes.setdefault(s.kind, {})
+        seconds[s.workload] = seconds.get(s.workload, 0.0) + s.gpu_seconds
+        tokens[s.workload] = tokens.get(s.workload, 0) + s.tokens
+        by_pool = routes.setdefault(s.workload, {})
         by_pool[s.pool] = by_pool.get(s.pool, 0) + 1
     cost = {k: {"busy_gpu_ms_per_token": round(1000 * seconds[k] / max(1, tokens[k]), 4)} for k in sorted(seconds)}
     shares = {k: {p: round(n / sum(by_pool.values()), 4) for p, n in sorted(by_pool.items())}
@@ -234,7 +234,7 @@ def _burst(unit: Unit, options: Options) -> Point:
     bank = bank_of(unit.seed, unit.hardware)
     count = round(options.per_replica(options.burst)) * unit.gpus
     drawn = mix.sample("verdict", count * 3, unit.seed * 1000 + 999, unit.weights, unit.traffic)
-    singles = [i for i in drawn if i.kind in ("tool call", "chat")]
+    singles = [i for i in drawn if i.workload in ("tool_call", "chat")]
     if len(singles) < count:  # a mix with few of those: its own one-request items
         singles = [i for i in drawn if len(i.requests) == 1]
     traffic = Burst(singles[:count], bank)
@@ -349,11 +349,11 @@ def calibration_arms() -> dict[str, list[dict[str, Any]]]:
     """The four arms from the calibration split: prose (A), tool calls forced, greedy (B),
     reasoning (C), agent turns (D). Nothing of the verdict split is among them."""
     found = mix.items("calibration")
-    first = lambda kind: [item.requests[-1] for item in found[kind]]  # noqa: E731
+    first = lambda workload: [item.requests[-1] for item in found[workload]]  # noqa: E731
     prose = [dict(body, max_tokens=min(128, body.get("max_tokens", 128))) for body in first("chat")]
-    return {"A": prose, "B": [dict(body, tool_choice="required") for body in first("tool call")],
+    return {"A": prose, "B": [dict(body, tool_choice="required") for body in first("tool_call")],
             "C": [dict(body, max_tokens=512) for body in first("reasoning")],
-            "D": [body for item in found["agent session"] for body in item.requests]}
+            "D": [body for item in found["agent_session"] for body in item.requests]}
 
 
 def units(setup: SeedSetup, options: Options) -> Iterator[Unit]:
@@ -463,12 +463,12 @@ def run(options: Options, say: Callable[[str], None] = print) -> dict[str, Any]:
 
 
 def report(summary: dict[str, Any], options: Options, say: Callable[[str], None] = print) -> Path | None:
-    """The capacity table, the latencies, cost and routes by kind, the findings, and the figure."""
+    """The capacity table, the latencies, cost and routes by workload, the findings, and the figure."""
     options.out.mkdir(parents=True, exist_ok=True)
     (options.out / "verdict.json").write_text(json.dumps(summary, indent=2))
     say("\n" + verdict.capacity_table(summary))
     say("\n" + verdict.rates_table(summary))
-    say("\n" + verdict.kinds_table(summary))
+    say("\n" + verdict.workloads_table(summary))
     say("\n" + verdict.cost_table(summary))
     say("\n" + "\n".join(verdict.findings(summary)))
     path = verdict.figure(summary, options.out / "tpot_vs_rate.png")

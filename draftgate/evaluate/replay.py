@@ -57,12 +57,12 @@ async def replay(url: str, items: list[Item], rate: float, per_item: float, sche
         async def chain(item: Item, salt: str) -> None:
             for turn, body in enumerate(item.requests):
                 measured = schedule.measured[0] <= now() < schedule.measured[1]
-                record = Served(f"{item.id}#{turn}", item.kind, now(), measured)
+                record = Served(f"{item.id}#{turn}", item.workload, now(), measured)
                 served.append(record)
                 salts[id(record)] = salt
                 await _send(client, url, dict(body, cache_salt=salt), record, now)
                 if turn + 1 < len(item.requests):
-                    think = thinking.expovariate(1.0 / THINK_SECONDS.get(item.kind, 1.0))
+                    think = thinking.expovariate(1.0 / THINK_SECONDS.get(item.workload, 1.0))
                     await asyncio.sleep(think * time_scale)
 
         at, index = arrivals.expovariate(item_rate), 0

@@ -29,7 +29,7 @@ class Prepared:
     """One request of an item: what it is, and what is known of it once and for all."""
 
     key: str  # the item's id and the request's turn
-    kind: str
+    workload: str
     body: dict[str, Any]
     prompt: Prompt
     prior: StructureEstimate | None = None  # what the gate reads of it, before any answer
@@ -49,12 +49,12 @@ class Bank:
         self._prepared: dict[str, Prepared] = {}
 
     def requests_of(self, item: Item) -> list[Prepared]:
-        return [self.prepared(f"{item.id}#{turn}", item.kind, body) for turn, body in enumerate(item.requests)]
+        return [self.prepared(f"{item.id}#{turn}", item.workload, body) for turn, body in enumerate(item.requests)]
 
-    def prepared(self, key: str, kind: str, body: dict[str, Any]) -> Prepared:
+    def prepared(self, key: str, workload: str, body: dict[str, Any]) -> Prepared:
         found = self._prepared.get(key)
         if found is None:
-            found = self._prepared[key] = Prepared(key, kind, body, self.maker(None).prompt(body, "chat"))
+            found = self._prepared[key] = Prepared(key, workload, body, self.maker(None).prompt(body, "chat"))
         return found
 
     def maker(self, pool: PoolSpec | None) -> SequenceMaker:

@@ -49,7 +49,7 @@ class Served:
     """What one request saw, in simulated seconds from its arrival at the proxy."""
 
     key: str
-    kind: str
+    workload: str
     arrived: float
     measured: bool  # inside the measurement window
     pool: str = ""
@@ -244,7 +244,7 @@ class Simulation:
         one), ``then`` is called with the time its answer ends."""
         salt = salt if salt is not None else f"arrival-{next(self._salts)}"
         body = dict(request.body, cache_salt=salt)
-        served = Served(request.key, request.kind, self.now, measured)
+        served = Served(request.key, request.workload, self.now, measured)
         self.served.append(served)
         self._dispatch(Job(request, body, served, then))
         return served

@@ -24,7 +24,7 @@ from draftgate.evaluate.simulation import Simulation
 from draftgate.workloads.mix import Item
 
 # Mean seconds between an answer and the turn it sets off: an agent's tool call runs, a person reads and replies.
-THINK_SECONDS = {"agent session": 1.0, "conversation": 5.0}
+THINK_SECONDS = {"agent_session": 1.0, "conversation": 5.0}
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ class OpenLoop:
         def then(ended: float) -> None:
             self.outstanding -= measured
             if turn + 1 < len(requests):
-                think = self.thinking.expovariate(1.0 / THINK_SECONDS.get(item.kind, 1.0))
+                think = self.thinking.expovariate(1.0 / THINK_SECONDS.get(item.workload, 1.0))
                 sim.at(ended + think, lambda _: self._turn(sim, item, requests, turn + 1, salt))
 
         sim.send(requests[turn], measured, salt, then)

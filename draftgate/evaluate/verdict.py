@@ -89,11 +89,11 @@ def summary(results: Sequence[UnitResult], setups: Sequence[SeedSetup], targets:
         if bursts:
             entry["burst"] = {k: v for k, v in _rate(bursts, gpus).items() if k not in ("rps_per_gpu",)}
             entry["burst"]["requests"] = entry["burst"].pop("rps")
-        kinds = sorted({k for r in found for k in r.by_kind})
-        entry["cost_by_kind"] = {k: _mean([r.by_kind[k]["busy_gpu_ms_per_token"] if k in r.by_kind else None
-                                           for r in found]) for k in kinds}
+        workloads = sorted({w for r in found for w in r.by_workload})
+        entry["cost_by_workload"] = {w: _mean([r.by_workload[w]["busy_gpu_ms_per_token"] if w in r.by_workload
+                                               else None for r in found]) for w in workloads}
         if name.startswith(GATE):
-            entry["routes_by_kind"] = {k: _mean_shares([r.routes.get(k, {}) for r in found]) for k in kinds}
+            entry["routes_by_workload"] = {w: _mean_shares([r.routes.get(w, {}) for r in found]) for w in workloads}
             plans = [predicted.get((r.unit.seed, gpus, name)) for r in found]
             forecast = [p.capacity / gpus for p in plans if p is not None]
             entry["plan_predicted_capacity_rps_per_gpu"] = _spread(forecast)
@@ -163,8 +163,8 @@ def in_gpus(summary_: dict[str, Any], tensor_parallel_size: int) -> dict[str, An
             entry["rates"] = [scaled(r) for r in entry["rates"]]
             if "burst" in entry:
                 entry["burst"] = scaled(entry["burst"])
-            entry["cost_by_kind"] = {k: None if v is None else round(v * tp, 4)
-                                     for k, v in entry["cost_by_kind"].items()}
+            entry["cost_by_workload"] = {w: None if v is None else round(v * tp, 4)
+                                         for w, v in entry["cost_by_workload"].items()}
             strategies[name] = entry
         converted: dict[str, Any] = {"strategies": strategies}
         if "cost_objective" in fleet:
@@ -280,20 +280,21 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}"
 
 
-def kinds_table(summary_: dict[str, Any]) -> str:
-    """Busy GPU-ms per token by kind of request at the reference rate, and where the gate sent each kind."""
-    lines = ["Busy GPU-ms per output token by kind of request, at 1 request a second per GPU (gate: its routes):"]
+def workloads_table(summary_: dict[str, Any]) -> str:
+    """Busy GPU-ms per token by workload at the reference rate, and where the gate sent each workload."""
+    lines = ["Busy GPU-ms per output token by workload, at 1 request a second per GPU (gate: its routes):"]
     for size, fleet in summary_["fleets"].items():
         strategies = fleet["strategies"]
-        kinds = sorted({k for e in strategies.values() for k in e.get("cost_by_kind", {})})
-        lines.append(f"  {size} GPUs" + "".join(f"{k:>16}" for k in kinds))
+        workloads = sorted({w for e in strategies.values() for w in e.get("cost_by_workload", {})})
+        lines.append(f"  {size} GPUs" + "".join(f"{w:>16}" for w in workloads))
         for name, entry in strategies.items():
-            lines.append(f"    {name:<22}" + "".join(f"{_fmt2(entry['cost_by_kind'].get(k)):>16}" for k in kinds))
-            if "routes_by_kind" in entry:
+            lines.append(f"    {name:<22}" + "".join(f"{_fmt2(entry['cost_by_workload'].get(w)):>16}"
+                                                     for w in workloads))
+            if "routes_by_workload" in entry:
                 if "compositions_by_seed" in entry:
                     lines.append("      (its fleets differ between seeds: the shares are over all of them)")
-                for kind, routes in entry["routes_by_kind"].items():
-                    lines.append(f"      {kind}: " + ", ".join(f"{p} {s:.0%}" for p, s in routes.items()))
+                for workload, routes in entry["routes_by_workload"].items():
+                    lines.append(f"      {workload}: " + ", ".join(f"{p} {s:.0%}" for p, s in routes.items()))
     return "\n".join(lines)
 
 

@@ -46,7 +46,7 @@ class Pair:
     """One request and the answer that followed it."""
 
     id: str
-    request_class: str
+    kind: str
     body: dict[str, Any]  # the chat request, as a client sends it
     answer: dict[str, Any]  # the assistant message
 
@@ -132,7 +132,7 @@ def measure(pairs: Iterator[Pair], tokenizer: Tokenizer, method: Method, k: int,
         result = replay(proposer, output, k)
         if cache is not None:
             cache.add(output)
-        tally = tallies[pair.request_class]
+        tally = tallies[pair.kind]
         # the gate's tau for the answer's class, from the request alone: a call is S, prose F
         # (the gate weighs the two by how likely each answer is; here the answer is known)
         tally.law_class = "s" if pair.answer.get("tool_calls") else "f"

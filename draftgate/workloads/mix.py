@@ -1,13 +1,14 @@
 """The evaluation's traffic, from data nobody here wrote, split once into calibration and verdict.
 
-Five kinds of work, each from committed samples of public sets:
+Five workloads, each from committed samples of public sets (a workload is where
+traffic comes from; a request's *kind*, as the proxy routes it, is its own):
 
-- ``tool call``: BFCL v4 single-turn entries (simple, multiple, parallel,
+- ``tool_call``: BFCL v4 single-turn entries (simple, multiple, parallel,
   parallel-multiple, irrelevance) as BFCL sends them, ``tool_choice`` auto,
   with thinking switched off (the Qwen3 template thinks unless told not to);
 - ``chat``: ShareGPT V3 first turns, each asking for the length its real answer
   had (``max_tokens`` with ``ignore_eos``, as vLLM's serving benchmark replays it);
-- ``agent session``: BFCL v4 multi-turn entries replayed turn by turn, each
+- ``agent_session``: BFCL v4 multi-turn entries replayed turn by turn, each
   request the whole conversation so far (tool results included), so a pool's
   prefix cache matters as it does for real agents; thinking off, as above;
 - ``reasoning``: ShareGPT first turns with thinking on;
@@ -37,45 +38,45 @@ from draftgate.workloads import BFCL_SAMPLE, SHAREGPT_SAMPLE, SHAREGPT_TURNS
 
 MODEL = "Qwen/Qwen3-32B"
 Split = Literal["calibration", "verdict"]
-KINDS = ("tool call", "chat", "agent session", "reasoning", "conversation")
+WORKLOADS = ("tool_call", "chat", "agent_session", "reasoning", "conversation")
 # the mix a verdict replays unless told otherwise: agent traffic is mostly tool calls and sessions
-WEIGHTS: Mapping[str, float] = {"tool call": 4, "agent session": 2, "chat": 2, "reasoning": 1, "conversation": 1}
+WEIGHTS: Mapping[str, float] = {"tool_call": 4, "agent_session": 2, "chat": 2, "reasoning": 1, "conversation": 1}
 # mixes an accuracy grid weighs the plan on, besides the default
 MIXES: Mapping[str, Mapping[str, float]] = {
     "agent-heavy": WEIGHTS,
-    "chat-heavy": {"tool call": 1, "agent session": 1, "chat": 5, "reasoning": 1, "conversation": 2},
-    "reasoning-heavy": {"tool call": 1, "agent session": 1, "chat": 1, "reasoning": 5, "conversation": 1},
+    "chat-heavy": {"tool_call": 1, "agent_session": 1, "chat": 5, "reasoning": 1, "conversation": 2},
+    "reasoning-heavy": {"tool_call": 1, "agent_session": 1, "chat": 1, "reasoning": 5, "conversation": 1},
 }
 
 
 class MixError(ValueError):
-    """A mix that names no kind, an unknown one, or a weight that is not a number of 0 or more."""
+    """A mix that names no workload, an unknown one, or a weight that is not a number of 0 or more."""
 
 
 def parse_mix(text: str) -> dict[str, float]:
-    """``tool_call=4,chat=2,...`` as weights by kind; a kind not named weighs 0. A kind is written
-    with ``_`` or a space (``agent_session``, ``agent session``)."""
+    """``tool_call=4,chat=2,...`` as weights by workload; a workload not named weighs 0 (a space
+    may stand for ``_``: ``agent session``)."""
     weights: dict[str, float] = {}
-    names = ", ".join(k.replace(" ", "_") for k in KINDS)
+    names = ", ".join(WORKLOADS)
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
         name, sep, value = part.partition("=")
-        kind = name.strip().replace("_", " ")
-        if not sep or kind not in KINDS:
-            raise MixError(f"{part!r} is not KIND=WEIGHT over the kinds {names}")
-        if kind in weights:
-            raise MixError(f"{name.strip()} is given twice")
+        workload = name.strip().replace(" ", "_")
+        if not sep or workload not in WORKLOADS:
+            raise MixError(f"{part!r} is not WORKLOAD=WEIGHT over the workloads {names}")
+        if workload in weights:
+            raise MixError(f"{workload} is given twice")
         try:
             weight = float(value)
         except ValueError:
-            raise MixError(f"{name.strip()}'s weight {value.strip()!r} is not a number") from None
+            raise MixError(f"{workload}'s weight {value.strip()!r} is not a number") from None
         if not weight >= 0 or weight == float("inf"):
-            raise MixError(f"{name.strip()}'s weight must be a finite number of 0 or more, got {value.strip()}")
-        weights[kind] = weight
+            raise MixError(f"{workload}'s weight must be a finite number of 0 or more, got {value.strip()}")
+        weights[workload] = weight
     if not any(weights.values()):
-        raise MixError(f"the mix gives no kind a weight above 0 (kinds: {names})")
-    return {kind: weights.get(kind, 0.0) for kind in KINDS}
+        raise MixError(f"the mix gives no workload a weight above 0 (workloads: {names})")
+    return {workload: weights.get(workload, 0.0) for workload in WORKLOADS}
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ class Item:
     """One unit of work: a request, or the requests of one session in order."""
 
     id: str
-    kind: str
+    workload: str
     requests: tuple[dict[str, Any], ...]
 
 
@@ -97,7 +98,7 @@ def _rows(path: Any) -> list[dict[str, Any]]:
 
 
 def items(split: Split, traffic: str = "") -> dict[str, list[Item]]:
-    """Every item of ``split``, by kind, in a fixed order (not to be changed): the built-in data's, or a
+    """Every item of ``split``, by workload, in a fixed order (not to be changed): the built-in data's, or a
     traffic file's (``traffic``, its path; ``traffic_file`` reads it again when it changes)."""
     if traffic:
         from draftgate.workloads import traffic_file
@@ -109,7 +110,7 @@ def items(split: Split, traffic: str = "") -> dict[str, list[Item]]:
 @functools.lru_cache(maxsize=2)
 def _built_in(split: Split) -> dict[str, list[Item]]:
     """The committed samples' items of ``split``, read once."""
-    out: dict[str, list[Item]] = {kind: [] for kind in KINDS}
+    out: dict[str, list[Item]] = {workload: [] for workload in WORKLOADS}
     for n, row in enumerate(_rows(BFCL_SAMPLE)):
         if split_of(row["id"]) != split:
             continue
@@ -117,9 +118,9 @@ def _built_in(split: Split) -> dict[str, list[Item]]:
         # reasoning is a workload of its own
         request = dict(row["request"], seed=n, chat_template_kwargs={"enable_thinking": False})
         if row["category"] == "multi_turn":
-            out["agent session"].append(Item(row["id"], "agent session", tuple(_turns(request))))
+            out["agent_session"].append(Item(row["id"], "agent_session", tuple(_turns(request))))
         else:
-            out["tool call"].append(Item(row["id"], "tool call", (request,)))
+            out["tool_call"].append(Item(row["id"], "tool_call", (request,)))
     for n, row in enumerate(_rows(SHAREGPT_SAMPLE)):
         if split_of(row["id"]) != split:
             continue
@@ -172,23 +173,24 @@ def sample(split: Split, count: int, seed: int, weights: Mapping[str, float] = W
 
 def stream(split: Split, seed: int, weights: Mapping[str, float] = WEIGHTS, traffic: str = "") -> Iterator[Item]:
     """Items of ``split`` (of the built-in data, or of the ``traffic`` file) drawn by ``weights`` (by
-    kind), endlessly: each kind's items in a shuffled order, over and over."""
+    workload), endlessly: each workload's items in a shuffled order, over and over."""
     rng = random.Random(seed)
-    pools = {kind: rng.sample(found, len(found)) for kind, found in items(split, traffic).items() if found}
-    kinds = list(pools)
-    shares = [weights.get(k, 0.0) for k in kinds]
+    pools = {name: rng.sample(found, len(found)) for name, found in items(split, traffic).items() if found}
+    names = list(pools)
+    shares = [weights.get(name, 0.0) for name in names]
     if not any(shares):
-        raise MixError(f"the {split} part holds none of the kinds the mix weighs ({', '.join(kinds)} it holds)")
-    taken = dict.fromkeys(kinds, 0)
+        raise MixError(f"the {split} part holds none of the workloads the mix weighs ({', '.join(names)} it "
+                       "holds)")
+    taken = dict.fromkeys(names, 0)
     while True:
-        kind = rng.choices(kinds, weights=shares)[0]
-        yield pools[kind][taken[kind] % len(pools[kind])]
-        taken[kind] += 1
+        name = rng.choices(names, weights=shares)[0]
+        yield pools[name][taken[name] % len(pools[name])]
+        taken[name] += 1
 
 
 def requests_per_item(split: Split, weights: Mapping[str, float] = WEIGHTS, traffic: str = "") -> float:
     """Requests an item drawn by ``weights`` makes, on average (a session's turns each count)."""
     found = items(split, traffic)
-    total = sum(weights.get(k, 0.0) for k, kind_items in found.items() if kind_items)
-    return sum(weights.get(k, 0.0) / total * sum(len(i.requests) for i in kind_items) / len(kind_items)
-               for k, kind_items in found.items() if kind_items)
+    total = sum(weights.get(name, 0.0) for name, its_items in found.items() if its_items)
+    return sum(weights.get(name, 0.0) / total * sum(len(i.requests) for i in its_items) / len(its_items)
+               for name, its_items in found.items() if its_items)

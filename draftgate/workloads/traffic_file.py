@@ -8,8 +8,8 @@ plus a think time. A Responses or Messages request is replayed as the chat
 completion vLLM turns it into. The proxy writes such a file from what it
 serves (``record_traffic``).
 
-Each item (a lone request, or a session) takes the kind the verdict would give
-it: calls to tools over several turns are an agent session, in one a tool call;
+Each item (a lone request, or a session) takes the workload the verdict would
+give it: calls to tools over several turns are an agent session, in one a tool call;
 thinking asked for is reasoning; several turns of prose a conversation; the
 rest chat. Items fall in the calibration or the verdict part by their id, as
 the built-in data does (``mix.split_of``), and the model each names is the
@@ -34,18 +34,18 @@ class TrafficFileError(ValueError):
 
 
 def items(path: str, split: mix.Split) -> dict[str, list[mix.Item]]:
-    """The file's items of ``split``, by kind, in the order the file first names them."""
-    out: dict[str, list[mix.Item]] = {kind: [] for kind in mix.KINDS}
+    """The file's items of ``split``, by workload, in the order the file first names them."""
+    out: dict[str, list[mix.Item]] = {workload: [] for workload in mix.WORKLOADS}
     for item in _read(path):
         if mix.split_of(item.id) == split:
-            out[item.kind].append(item)
+            out[item.workload].append(item)
     return out
 
 
 def shares(path: str) -> dict[str, float]:
-    """Each kind's share of the file's items: the mix it is replayed in unless told otherwise."""
+    """Each workload's share of the file's items: the mix it is replayed in unless told otherwise."""
     found = _read(path)
-    return {kind: sum(item.kind == kind for item in found) / len(found) for kind in mix.KINDS}
+    return {workload: sum(item.workload == workload for item in found) / len(found) for workload in mix.WORKLOADS}
 
 
 def _read(path: str) -> tuple[mix.Item, ...]:
@@ -72,7 +72,7 @@ def _parsed(path: str, mtime_ns: int, size: int) -> tuple[mix.Item, ...]:
             dict(body, model=mix.MODEL, seed=body.get("seed", number)))
     if not sessions:
         raise TrafficFileError(f"{path} holds no request")
-    found = tuple(mix.Item(f"traffic:{name}", kind_of(turns), tuple(turns)) for name, turns in sessions.items())
+    found = tuple(mix.Item(f"traffic:{name}", workload_of(turns), tuple(turns)) for name, turns in sessions.items())
     for split in ("calibration", "verdict"):
         if not any(mix.split_of(item.id) == split for item in found):
             raise TrafficFileError(f"{path}: none of its {len(found)} requests or sessions falls in the {split} "
@@ -110,11 +110,11 @@ def _request(line: str, number: int) -> tuple[str | None, dict[str, Any]]:
     return (None if session is None else str(session)), body
 
 
-def kind_of(turns: list[dict[str, Any]]) -> str:
-    """The verdict's kind of an item of ``turns`` (chat completion bodies)."""
+def workload_of(turns: list[dict[str, Any]]) -> str:
+    """The verdict's workload an item of ``turns`` (chat completion bodies) belongs to."""
     last = turns[-1]
     if last.get("tools"):
-        return "agent session" if len(turns) > 1 else "tool call"
+        return "agent_session" if len(turns) > 1 else "tool_call"
     template = last.get("chat_template_kwargs")
     if (isinstance(template, dict) and template.get("enable_thinking")) or last.get("reasoning_effort"):
         return "reasoning"
