@@ -14,8 +14,8 @@ from draftgate.emulator.physics import Physics, Work
 from draftgate.emulator.profile import EngineProfile
 from draftgate.evaluate.bench import Unit, bank_of, simulate
 from draftgate.evaluate.fleet import Fleet, PoolSpec
-from draftgate.evaluate.simulation import Targets
 from draftgate.policy.calibration import Calibration
+from draftgate.policy.fleet import Targets
 
 
 def time_steps() -> None:

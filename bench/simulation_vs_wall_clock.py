@@ -30,9 +30,10 @@ from draftgate.evaluate.capacity import percentile
 from draftgate.evaluate.fleet import Fleet, PoolSpec
 from draftgate.evaluate.replay import replay
 from draftgate.evaluate.requests import Bank
-from draftgate.evaluate.simulation import Served, Simulation, Targets, proxy_settings
+from draftgate.evaluate.simulation import Served, Simulation, proxy_settings
 from draftgate.evaluate.traffic import OpenLoop, Schedule
 from draftgate.policy.calibration import Calibration
+from draftgate.policy.fleet import Targets
 from draftgate.servers import ServerProcess
 from draftgate.workloads import mix
 

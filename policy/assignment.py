@@ -5,7 +5,7 @@ each pool takes. Its base comes from a plan (each kind whole to the pool the
 plan gives it, ``fleet.best_assignment``, or from the configuration); between
 plans it is adjusted only when a pool nears its limit. The load a pool
 carries is worked out from the kinds' observed rates and what one of its GPUs
-takes of each kind within the targets (``Capacity.per_gpu``): ``u = sum over
+takes of each kind within the targets (``PoolRates.per_gpu``): ``u = sum over
 kinds of rate x share / (gpus x capacity)``. While one pool would pass
 ``near_limit`` of what it takes, a share of the kind whose move costs least
 (the most the other pool takes of it, for what this one gives up) moves to
@@ -27,7 +27,7 @@ _SPILL_ROUNDS = 32
 
 
 @dataclass(frozen=True)
-class Capacity:
+class PoolRates:
     """One pool of the fleet: its GPUs, and the rate one of them takes of each kind alone within the targets."""
 
     pool: str
@@ -48,7 +48,7 @@ class Assignment:
 
 
 def load(shares: Mapping[str, Mapping[str, float]], rates: Mapping[str, float],
-         capacities: Sequence[Capacity]) -> dict[str, float]:
+         capacities: Sequence[PoolRates]) -> dict[str, float]:
     """Each pool's share of what it can take within the targets (1: at its limit)."""
     out = {}
     for c in capacities:
@@ -62,7 +62,7 @@ def load(shares: Mapping[str, Mapping[str, float]], rates: Mapping[str, float],
     return out
 
 
-def spill(base: Assignment, rates: Mapping[str, float], capacities: Sequence[Capacity],
+def spill(base: Assignment, rates: Mapping[str, float], capacities: Sequence[PoolRates],
           near_limit: float = NEAR_LIMIT) -> Assignment:
     """``base`` as the kinds' ``rates`` need it: shares moved off any pool past ``near_limit`` of its limit."""
     shares = {kind: dict(by_pool) for kind, by_pool in base.shares.items()}
@@ -85,7 +85,7 @@ def spill(base: Assignment, rates: Mapping[str, float], capacities: Sequence[Cap
     return Assignment(shares)
 
 
-def _cheapest_move(shares: dict[str, dict[str, float]], rates: Mapping[str, float], pools: Mapping[str, Capacity],
+def _cheapest_move(shares: dict[str, dict[str, float]], rates: Mapping[str, float], pools: Mapping[str, PoolRates],
                    used: Mapping[str, float], busiest: str) -> tuple[str, str, float] | None:
     """(kind, pool, share) moving load off ``busiest`` where the other pool takes most of it for what this
     one gives up, as much as evens the two out."""

@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 
 from draftgate.policy import copying, law
-from draftgate.policy.assignment import Capacity
+from draftgate.policy.assignment import PoolRates
 from draftgate.policy.calibration import Calibration
 from draftgate.policy.gate import PoolView, depth_at, drafted_per_round, predicted_taus, step_seconds
 
@@ -550,7 +550,7 @@ def recommend(traffic: Traffic, calibration: Calibration, gpus: int, candidates:
 
 
 def best_assignment(traffic: Traffic, calibration: Calibration, pools: Sequence[tuple[Candidate, int]],
-                    targets: Targets = Targets(), objective: str = "capacity") -> tuple[Composition, list[Capacity]]:
+                    targets: Targets = Targets(), objective: str = "capacity") -> tuple[Composition, list[PoolRates]]:
     """For a fleet that is what it is (each pool a candidate configuration on some GPUs): which pool each
     kind should go to, by ``objective``; and what each GPU of each pool, at the pool's size, takes of each kind
     alone (what the assignment spills by, ``assignment.spill``)."""
@@ -563,7 +563,7 @@ def best_assignment(traffic: Traffic, calibration: Calibration, pools: Sequence[
     options = [model.composition([PoolPlan(c, n, kinds) for (c, n), kinds in zip(pools, assignment)])
                for assignment in _assignments(names, len(pools), every_pool=False)]
     best = _ranked(options, model, objective)[0]
-    capacities = [Capacity(c.name, n, {k: model.per_gpu(c, (k,), n) for k in names}) for c, n in pools]
+    capacities = [PoolRates(c.name, n, {k: model.per_gpu(c, (k,), n) for k in names}) for c, n in pools]
     return best, capacities
 
 

@@ -40,7 +40,7 @@ from draftgate.proxy.metrics import ProxyMetrics
 from draftgate.proxy.monitor import Monitor
 from draftgate.proxy.observe import Observation, parse_json
 from draftgate.proxy.passthrough import PassThrough, has_dot_segment
-from draftgate.proxy.planner import Plan, Planner, load_calibration_or_defaults
+from draftgate.proxy.planner import RequestPlan, Planner, load_calibration_or_defaults
 from draftgate.proxy.recorder import Outcome, Recorder
 from draftgate.proxy.request_body import BadRequest, read_body, read_json
 from draftgate.proxy.shared_state import SharedState
@@ -155,7 +155,7 @@ class Proxy:
         except ClientGone:
             return Response(status_code=499)
 
-    async def _plan(self, body: dict[str, Any], endpoint: str, caller: Caller) -> Plan:
+    async def _plan(self, body: dict[str, Any], endpoint: str, caller: Caller) -> RequestPlan:
         model = body.get("model")
         serving = self.catalog.pools_serving(model)
         context = self.catalog.context_of(model)
@@ -168,7 +168,7 @@ class Proxy:
             self.metrics.gate_errors.inc()
             return self.planner.fallback_plan(body, endpoint, exc, serving, caller)
 
-    def _respond(self, plan: Plan, endpoint: Endpoint, exchange: Exchange) -> Response:
+    def _respond(self, plan: RequestPlan, endpoint: Endpoint, exchange: Exchange) -> Response:
         """The answer to the client, relayed as a stream or whole."""
         assert exchange.response is not None and exchange.pool is not None and exchange.replica is not None
         exchange.observation.failovers = exchange.failovers

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from draftgate.calibration_file import load_calibration
 from draftgate.policy import fleet
-from draftgate.policy.assignment import Assignment, Capacity, Turns, spill
+from draftgate.policy.assignment import Assignment, PoolRates, Turns, spill
 from draftgate.policy.calibration import Calibration, CalibrationError
 from draftgate.policy.fleet import Recommendation, TrafficWindow
 from draftgate.policy.gate import Affinity, Decision, GatePolicy, decide
@@ -46,7 +46,10 @@ log = logging.getLogger("draftgate.gate")
 
 
 @dataclass(slots=True)
-class Plan:
+class RequestPlan:
+    """One request's plan: what the gate read of it, where it goes, and why (the fleet's plan,
+    which pool serves each kind, is ``FleetPlan``)."""
+
     body: dict[str, Any]
     endpoint: str
     model: str | None
@@ -167,7 +170,7 @@ class FleetInputs:
 @dataclass(frozen=True)
 class FleetPlan:
     assignment: fleet.Composition  # the running fleet, each kind to the pool that serves it best
-    capacities: list[Capacity]  # what one GPU of each running pool takes of each kind
+    capacities: list[PoolRates]  # what one GPU of each running pool takes of each kind
     recommendation: Recommendation | None  # the best fleet of as many GPUs, beside the running one
     routed: fleet.Composition | None = None  # the running fleet as routed now, worked out alike
     law: tuple[fleet.KindLaw, ...] = ()  # each kind where ``assignment`` puts it
@@ -227,7 +230,7 @@ class Planner:
         # spill under load; the kinds' arrivals it is spilled by
         self._base: Assignment | None = Assignment.whole(settings.routing) if settings.routing else None
         self.assignment: Assignment | None = self._base
-        self._capacities: list[Capacity] = []
+        self._capacities: list[PoolRates] = []
         self._turns = Turns()
         self._arrivals: deque[tuple[float, str]] = deque(maxlen=ARRIVALS_KEPT)
         self.recommendation: Recommendation | None = None
@@ -290,7 +293,7 @@ class Planner:
             await self.shared.pull(reading.shape, reading.conversation, self.learner, self.affinity)
 
     def plan(self, body: dict[str, Any], endpoint: str, serving: set[str] | None = None,
-             context: int | None = None, caller: Caller | None = None, reading: Reading | None = None) -> Plan:
+             context: int | None = None, caller: Caller | None = None, reading: Reading | None = None) -> RequestPlan:
         """``serving``: the pools that serve the request's model, when not all do;
         ``context``: its ``max_model_len``, when the pools have said it; ``caller``:
         who sent it, whose key (or own choice) may set the mode and targets;
@@ -320,7 +323,7 @@ class Planner:
         order = [decision.route] + [c.pool for c in sorted(decision.costs, key=lambda c: c.cost_per_token)
                                     if c.pool != decision.route]
         self._remember(shape, decision.route)
-        plan = Plan(body, endpoint, model, blended, shape, conversation, match, decision, order, caller=caller,
+        plan = RequestPlan(body, endpoint, model, blended, shape, conversation, match, decision, order, caller=caller,
                     assigned=shares or None)
         if not shares:
             self._maybe_explore(plan, policy.mode)
@@ -424,7 +427,7 @@ class Planner:
         self.feedback.answered(pool, ttft, tpot)
 
     def fallback_plan(self, body: dict[str, Any], endpoint: str, error: Exception,
-                      serving: set[str] | None = None, caller: Caller | None = None) -> Plan:
+                      serving: set[str] | None = None, caller: Caller | None = None) -> RequestPlan:
         """A plan made without the gate, for a request the gate failed on: plain pools
         first. Speculation is an optimisation; a bug in weighing it must not cost the
         client its answer."""
@@ -433,10 +436,10 @@ class Planner:
         decision = Decision(route=order[0], predicted_saving=0.0, predicted_tau={}, reasons=(reason,),
                             cause="gate_error", causes=frozenset({"gate_error"}), break_even=lambda: (None, "the gate failed"))
         model = body.get("model") if isinstance(body.get("model"), str) else None
-        return Plan(body, endpoint, model, StructureEstimate.unknown(reason), "", Conversation((), None), None,
+        return RequestPlan(body, endpoint, model, StructureEstimate.unknown(reason), "", Conversation((), None), None,
                     decision, order, caller=caller or Caller())
 
-    def explanation(self, plan: Plan, gated: bool = True) -> dict[str, Any]:
+    def explanation(self, plan: RequestPlan, gated: bool = True) -> dict[str, Any]:
         """What ``plan`` says, and where its request would go: to a plain pool,
         when its endpoint is not ``gated``."""
         result = plan.explain()
@@ -453,7 +456,7 @@ class Planner:
             result["reasons"].insert(0, f"the request chose mode {plan.caller.mode} (x-draftgate-mode)")
         return result
 
-    def learn(self, plan: Plan, measured: ObservedStructure | None, pool: str, replica: str,
+    def learn(self, plan: RequestPlan, measured: ObservedStructure | None, pool: str, replica: str,
               prompt_tokens: float) -> None:
         """What a finished answer taught: its shape's output (``measured``, when it was
         measured) and where its conversation's prefix is now cached."""
@@ -466,7 +469,7 @@ class Planner:
         if self.shared is not None:
             self.shared.push(plan.shape, measured, plan.conversation, (pool, replica, float(prompt_tokens)))
 
-    def _maybe_explore(self, plan: Plan, mode: str) -> None:
+    def _maybe_explore(self, plan: RequestPlan, mode: str) -> None:
         """Send a small share to the other kind of pool, so both savings stay measured.
 
         Never for requests the gate had to route one way (vLLM would not speculate,
@@ -502,7 +505,7 @@ class Planner:
         return self.pools.pools.get(name)
 
     @staticmethod
-    def decision_reason(plan: Plan) -> str:
+    def decision_reason(plan: RequestPlan) -> str:
         """One low-cardinality label for why the route was chosen."""
         if plan.decision.cause != "content":
             return plan.decision.cause

@@ -32,7 +32,7 @@ from draftgate.policy.vllm_fields import streams
 from draftgate.proxy.logs import RequestLog
 from draftgate.proxy.metrics import ProxyMetrics
 from draftgate.proxy.observe import Observation
-from draftgate.proxy.planner import Plan, Planner
+from draftgate.proxy.planner import RequestPlan, Planner
 from draftgate.proxy.pools import Pool, PoolSet, Replica
 from draftgate.proxy.traffic_record import TrafficRecord
 
@@ -53,7 +53,7 @@ class Outcome:
     the learner are fed from. ``pool`` and ``replica``: where it was served, None
     when no pool took it."""
 
-    plan: Plan
+    plan: RequestPlan
     status: int
     observation: Observation
     overhead: float  # seconds the proxy spent on the request before and after the upstream's answer
@@ -132,7 +132,7 @@ class Recorder:
         log.warning("pool %s streams without usage: start its vLLM with --enable-force-include-usage, or "
                     "streamed output is measured from characters, not tokens", pool)
 
-    def _observe(self, plan: Plan, model: str, pool: Pool, replica: Replica, observation: Observation,
+    def _observe(self, plan: RequestPlan, model: str, pool: Pool, replica: Replica, observation: Observation,
                  measured: ObservedStructure) -> tuple[float | None, float | None]:
         """``model`` is the model's label value (ProxyMetrics.model_label)."""
         m = self.metrics

@@ -21,7 +21,7 @@ from typing import IO, Any
 
 from draftgate.proxy.config import RecordTraffic
 from draftgate.proxy.endpoints import BY_NAME
-from draftgate.proxy.planner import Plan
+from draftgate.proxy.planner import RequestPlan
 
 log = logging.getLogger("draftgate.traffic")
 
@@ -40,7 +40,7 @@ class TrafficRecord:
         self._file: IO[str] | None = settings.path.open("a", encoding="utf-8")
         self._lone = random.Random()
 
-    def write(self, plan: Plan, sent: dict[str, Any]) -> None:
+    def write(self, plan: RequestPlan, sent: dict[str, Any]) -> None:
         """The request ``sent`` (as the client sent it; ``plan`` the gate's view of it), if its endpoint
         replays and its session is sampled; a failed write is logged, never raised."""
         path = BY_NAME[plan.endpoint].path
@@ -66,7 +66,7 @@ class TrafficRecord:
             self._file = None
 
 
-def session_of(plan: Plan) -> str | None:
+def session_of(plan: RequestPlan) -> str | None:
     """The session ``plan``'s request belongs to: the client's, else its conversation up to the first
     user turn (None for a body with no messages). ``plan.body`` is the gate's chat view of the request,
     whatever its endpoint."""

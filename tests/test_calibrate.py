@@ -29,9 +29,9 @@ SCALE = 0.2  # slow enough that timing is measurable on a shared machine
 MODEL = "Qwen/Qwen3-32B"
 
 
-def small_plan(on_url: str, off_url: str, arms: list[str], requests: int = 6) -> protocol.Plan:
-    return protocol.Plan(MODEL, [protocol.Pool("spec-on", on_url, 8)], protocol.Pool("spec-off", off_url, 0), arms,
-                         [1, 4], ["greedy"], requests, None, {a: protocol.load_arm(a) for a in arms})
+def small_plan(on_url: str, off_url: str, arms: list[str], requests: int = 6) -> protocol.CalibrationPlan:
+    return protocol.CalibrationPlan(MODEL, [protocol.Pool("spec-on", on_url, 8)], protocol.Pool("spec-off", off_url, 0),
+                                    arms, [1, 4], ["greedy"], requests, None, {a: protocol.load_arm(a) for a in arms})
 
 
 def _law_view_of_physics(physics: EngineProfile, batch: int, context: int = 200) -> tuple[float, float]:
@@ -73,8 +73,8 @@ def test_calibration_recovers_the_emulators_parameters(profile_seed: int, tmp_pa
         save_calibration(fit.calibration, tmp_path / "cal.yaml")
         cal = load_calibration(tmp_path / "cal.yaml")
         predicted = predicted_taus(cal, PoolView("spec-on", "draft_model", gamma=8), 0.0)
-        fresh = protocol.Plan(MODEL, plan.spec, plan.off, ["A", "B"], [4], ["greedy"], 16, None,
-                              {"A": protocol.load_arm("A")[20:], "B": protocol.load_arm("B")[20:]})
+        fresh = protocol.CalibrationPlan(MODEL, plan.spec, plan.off, ["A", "B"], [4], ["greedy"], 16, None,
+                                         {"A": protocol.load_arm("A")[20:], "B": protocol.load_arm("B")[20:]})
         fresh_state = protocol.execute(fresh, tmp_path / "fresh.jsonl")
         measured = protocol.fit(fresh, fresh_state, 0.6).tau["spec-on"]
         assert predicted["f"] == pytest.approx(measured["f"], rel=0.15)
@@ -160,10 +160,10 @@ def test_each_speculation_pool_gets_its_own_fit_labelled_with_its_method_and_dep
             emulator(seed, True, profile_seed=seed, time_scale=SCALE,
                      spec=SpecConfig("ngram", 4, lookup_min=2, lookup_max=4)) as ngram, \
             emulator(seed, False, profile_seed=seed, time_scale=SCALE) as off:
-        plan = protocol.Plan(MODEL, [protocol.Pool("spec-draft", draft.url, 8),
-                                     protocol.Pool("spec-ngram", ngram.url, 4, "ngram")],
-                             protocol.Pool("spec-off", off.url, 0), ["A", "B"], [1, 4], ["greedy"], 8, None,
-                             {a: protocol.load_arm(a) for a in ("A", "B")})
+        plan = protocol.CalibrationPlan(MODEL, [protocol.Pool("spec-draft", draft.url, 8),
+                                                protocol.Pool("spec-ngram", ngram.url, 4, "ngram")],
+                                        protocol.Pool("spec-off", off.url, 0), ["A", "B"], [1, 4], ["greedy"], 8, None,
+                                        {a: protocol.load_arm(a) for a in ("A", "B")})
         state = protocol.execute(plan, tmp_path / "state.jsonl")
     fit = protocol.fit(plan, state, 0.6)
     assert {name: (f.method, f.gamma) for name, f in fit.pools.items()} == {
@@ -211,8 +211,9 @@ def test_between_measured_loads_the_gate_interpolates_what_the_physics_does(tmp_
     # simulated clock on two shared cores, or the wall time it is timed by says less than the physics
     with emulator(seed, True, profile_seed=seed, time_scale=2 * SCALE) as on, \
             emulator(seed, False, profile_seed=seed, time_scale=2 * SCALE) as off:
-        plan = protocol.Plan(MODEL, [protocol.Pool("spec-on", on.url, 8)], protocol.Pool("spec-off", off.url, 0),
-                             ["A"], [1, 16, 48], ["greedy"], 6, None, {"A": protocol.load_arm("A")})
+        plan = protocol.CalibrationPlan(MODEL, [protocol.Pool("spec-on", on.url, 8)],
+                                        protocol.Pool("spec-off", off.url, 0), ["A"], [1, 16, 48], ["greedy"], 6, None,
+                                        {"A": protocol.load_arm("A")})
         fit = protocol.fit(plan, protocol.execute(plan, tmp_path / "state.jsonl"), 0.6)
     pool = fit.calibration.pool("spec-on")
     assert [x for x, _ in pool.delta.points] == [1, 16, 48]

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from draftgate.policy import fleet, law
-from draftgate.policy.assignment import Assignment, Capacity, Turns, load, spill
+from draftgate.policy.assignment import Assignment, PoolRates, Turns, load, spill
 from draftgate.policy.calibration import Calibration
 from draftgate.proxy.logs import RequestLog
 from tests.conftest import emulator
@@ -152,15 +152,15 @@ def test_the_best_assignment_for_a_fleet_as_it_runs_and_each_pools_capacity_by_k
 
 def test_nothing_moves_while_every_pool_is_within_its_limit() -> None:
     base = Assignment.whole({"tool": "a", "prose": "b"})
-    capacities = [Capacity("a", 2, {"tool": 2.0, "prose": 4.0}), Capacity("b", 2, {"tool": 1.0, "prose": 4.0})]
+    capacities = [PoolRates("a", 2, {"tool": 2.0, "prose": 4.0}), PoolRates("b", 2, {"tool": 1.0, "prose": 4.0})]
     assert spill(base, {"tool": 3.0, "prose": 4.0}, capacities) == base  # loads 0.75 and 0.5
 
 
 def test_a_kind_moves_when_its_pool_nears_its_limit_the_cheapest_first_and_back_when_it_eases() -> None:
     base = Assignment.whole({"tool": "a", "json": "a", "prose": "b"})
     # pool b takes tool calls nearly as well as a, JSON far worse: tool calls are the cheaper kind to move
-    capacities = [Capacity("a", 2, {"tool": 2.0, "json": 2.0, "prose": 4.0}),
-                  Capacity("b", 2, {"tool": 1.8, "json": 0.2, "prose": 4.0})]
+    capacities = [PoolRates("a", 2, {"tool": 2.0, "json": 2.0, "prose": 4.0}),
+                  PoolRates("b", 2, {"tool": 1.8, "json": 0.2, "prose": 4.0})]
     busy = {"tool": 3.0, "json": 1.0, "prose": 1.0}
     moved = spill(base, busy, capacities)
     assert moved.of("json") == {"a": 1.0}

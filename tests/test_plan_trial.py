@@ -109,7 +109,7 @@ def test_the_capacity_table_of_real_pools_names_the_gates_fleet_without_a_plan_t
     """Against real pools the gate runs the pools it was given: there is no plan's prediction to print."""
     from draftgate.evaluate import real, verdict
     from draftgate.evaluate.capacity import Capacity
-    from draftgate.evaluate.simulation import Targets
+    from draftgate.policy.fleet import Targets
 
     point = _point(2.0, 3.0)
     found = {"always off": (1, {"plain": 1}, Capacity(2.0, (point,), True)),

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from draftgate.calibrate.protocol import Fit, Plan, Pool, records_of
+from draftgate.calibrate.protocol import Fit, CalibrationPlan, Pool, records_of
 from draftgate.emulator.hardware import DEFAULT
 from draftgate.emulator.physics import Physics, Work
 from draftgate.emulator.profile import EngineProfile
@@ -82,7 +82,7 @@ def bisect(measure: Callable[[float], float], target: float, low: float, high: f
     return value, inside
 
 
-def fit_hardware(plan: Plan, state: dict[str, dict[str, Any]], fit: Fit, base: EngineProfile,
+def fit_hardware(plan: CalibrationPlan, state: dict[str, dict[str, Any]], fit: Fit, base: EngineProfile,
                  time_scale: float = 1.0) -> HardwareFit:
     """``base`` (the catalogue's GPU, target and tensor parallelism) with its uncertain figures fitted
     to the calibration ``state``; ``time_scale`` wall seconds a second at the pools (1 for real ones)."""
@@ -107,7 +107,7 @@ def _with_efficiency(profile: EngineProfile, **update: float) -> EngineProfile:
     return profile.model_copy(update={"efficiency": profile.efficiency.model_copy(update=update)})
 
 
-def _fit_bandwidth(result: HardwareFit, plan: Plan, state: dict[str, dict[str, Any]], fit: Fit, batch: int,
+def _fit_bandwidth(result: HardwareFit, plan: CalibrationPlan, state: dict[str, dict[str, Any]], fit: Fit, batch: int,
                    time_scale: float) -> None:
     measured = fit.c_t.get(batch)
     if measured is None:
@@ -154,7 +154,7 @@ def _fit_compute(result: HardwareFit, state: dict[str, dict[str, Any]], time_sca
                                + ("" if inside else ": out of reach, kept"))
 
 
-def _fit_drafter(result: HardwareFit, plan: Plan, state: dict[str, dict[str, Any]], fit: Fit, pool: Pool,
+def _fit_drafter(result: HardwareFit, plan: CalibrationPlan, state: dict[str, dict[str, Any]], fit: Fit, pool: Pool,
                  batch: int, time_scale: float) -> None:
     profile = result.profile
     try:
@@ -205,7 +205,7 @@ def _fit_drafter(result: HardwareFit, plan: Plan, state: dict[str, dict[str, Any
     result.notes[pool.name] = "; ".join(notes) or "kept: a lookup, or nothing measured"
 
 
-def _fit_entropy(result: HardwareFit, plan: Plan, fit: Fit) -> None:
+def _fit_entropy(result: HardwareFit, plan: CalibrationPlan, fit: Fit) -> None:
     """Prose's (and free text's inside strings) and reasoning's predictability from the entropy the
     plain pool's top logprobs showed for F and R. S is a mixture of kinds whose shares differ from
     request to request, so its kinds are fitted on tau instead (``_fit_drafter``)."""

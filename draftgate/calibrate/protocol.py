@@ -52,7 +52,7 @@ class Pool:
 
 
 @dataclass
-class Plan:
+class CalibrationPlan:
     model: str
     spec: list[Pool]
     off: Pool
@@ -133,7 +133,7 @@ def over_http(pool: Pool, bodies: list[dict[str, Any]], template: Record, model:
     return asyncio.run(run_batch(pool.url, bodies, template, model))
 
 
-def execute(plan: Plan, state_path: Path | None, progress: Callable[[int, int, str], None] | None = None,
+def execute(plan: CalibrationPlan, state_path: Path | None, progress: Callable[[int, int, str], None] | None = None,
             batch: Batch = over_http) -> dict[str, dict[str, Any]]:
     """Run every planned batch not already in the state file (None: keep the state in memory);
     ``batch`` runs one against a pool."""
@@ -201,7 +201,7 @@ class Fit:
     pools: dict[str, PoolFit] = field(default_factory=dict)
 
 
-def fit(plan: Plan, state: dict[str, dict[str, Any]], default_temperature: float) -> Fit:
+def fit(plan: CalibrationPlan, state: dict[str, dict[str, Any]], default_temperature: float) -> Fit:
     c_t: dict[int, float] = {}
     for c in plan.concurrency:
         tpots = [r.tpot for r in records_of(state, "timing", plan.off.name, regime="greedy", concurrency=c)
@@ -262,7 +262,7 @@ def fit(plan: Plan, state: dict[str, dict[str, Any]], default_temperature: float
                uncertainty, residuals, pool_fits)
 
 
-def _law_reference(plan: Plan) -> list[Pool]:
+def _law_reference(plan: CalibrationPlan) -> list[Pool]:
     """The pools the calibration's kappa and sampled predictabilities are fitted on: the draft models
     (the law's reference drafter), else any model drafter. Heads also get a kappa of their own; a
     lookup's tau says nothing of alignment."""
@@ -320,7 +320,7 @@ def _pool_fit(pool: Pool, overhead: dict[int, float], drafted: dict[int, float],
     return PoolFit(pool.method, pool.gamma, overhead, d, delta, kappa, drafted)
 
 
-def _prefill(plan: Plan, state: dict[str, dict[str, Any]]) -> float | None:
+def _prefill(plan: CalibrationPlan, state: dict[str, dict[str, Any]]) -> float | None:
     """Seconds per uncached prompt token: TTFT against prompt length on fresh prompts.
 
     The prefill pass itself yields the first token; the intercept absorbs scheduling
@@ -330,7 +330,8 @@ def _prefill(plan: Plan, state: dict[str, dict[str, Any]]) -> float | None:
     return fitting.slope([r.prompt_tokens for r in records], [r.ttft for r in records])
 
 
-def _calibration(plan: Plan, state: dict[str, dict[str, Any]], c_t: dict[int, float], pool_fits: dict[str, PoolFit],
+def _calibration(plan: CalibrationPlan, state: dict[str, dict[str, Any]], c_t: dict[int, float],
+                 pool_fits: dict[str, PoolFit],
                  tau: dict[str, dict[str, float | None]], tau_sampled: dict[str, dict[str, float | None]],
                  rho: dict[str, float | None], kappa: float, prefill: float | None,
                  default_temperature: float) -> Calibration:
@@ -387,7 +388,7 @@ def _copy_rates(pool: Pool, state: dict[str, dict[str, Any]]) -> CopyCoefficient
                             f_code=min(1.0, fitted.f_code), drafted_per_accepted=max(0.1, fitted.drafted_per_accepted))
 
 
-def _uncertainty(plan: Plan, state: dict[str, dict[str, Any]], entropy_records: list[Record],
+def _uncertainty(plan: CalibrationPlan, state: dict[str, dict[str, Any]], entropy_records: list[Record],
                  c_t: dict[int, float], overheads: dict[int, float]) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     first = min(plan.concurrency)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from draftgate.calibrate.protocol import ARM_NAMES, Fit, Plan, predicted_tau, records_of
+from draftgate.calibrate.protocol import ARM_NAMES, Fit, CalibrationPlan, predicted_tau, records_of
 from draftgate.policy import law
 
 
@@ -22,11 +22,11 @@ class Verdict:
     evidence: str
 
 
-def verdicts(plan: Plan, state: dict[str, dict[str, Any]], fit: Fit) -> list[Verdict]:
+def verdicts(plan: CalibrationPlan, state: dict[str, dict[str, Any]], fit: Fit) -> list[Verdict]:
     return [_r1(plan, fit), _r2(plan, state, fit), _r3(plan, state, fit), _r4(plan, state)]
 
 
-def _r1(plan: Plan, fit: Fit) -> Verdict:
+def _r1(plan: CalibrationPlan, fit: Fit) -> Verdict:
     lines, rejected, judged = [], False, False
     for pool in plan.spec:
         t = fit.tau[pool.name]
@@ -44,7 +44,7 @@ def _r1(plan: Plan, fit: Fit) -> Verdict:
     return Verdict("R1 (tau_S <= tau_F rejects the law)", "rejects" if rejected else "consistent", "; ".join(lines))
 
 
-def _r2(plan: Plan, state: dict[str, dict[str, Any]], fit: Fit) -> Verdict:
+def _r2(plan: CalibrationPlan, state: dict[str, dict[str, Any]], fit: Fit) -> Verdict:
     savings = []
     for pool in plan.spec:
         for c, c_t in fit.c_t.items():
@@ -61,7 +61,7 @@ def _r2(plan: Plan, state: dict[str, dict[str, Any]], fit: Fit) -> Verdict:
                    "(decode time per token against the plain pool at the same concurrency)")
 
 
-def _r3(plan: Plan, state: dict[str, dict[str, Any]], fit: Fit) -> Verdict:
+def _r3(plan: CalibrationPlan, state: dict[str, dict[str, Any]], fit: Fit) -> Verdict:
     name = "R3 (composition residual over 15% rejects orthogonal composition)"
     if "D" not in plan.arms or not plan.spec:
         return Verdict(name, "cannot be evaluated", "arm D (agent replay with shared prefixes) was not run")
@@ -87,7 +87,7 @@ def _r3(plan: Plan, state: dict[str, dict[str, Any]], fit: Fit) -> Verdict:
                    f"measured {measured:.3f} s of busy time over {len(records)} requests: residual {residual:.1%}")
 
 
-def _r4(plan: Plan, state: dict[str, dict[str, Any]]) -> Verdict:
+def _r4(plan: CalibrationPlan, state: dict[str, dict[str, Any]]) -> Verdict:
     name = "R4 (spec-on outputs differing from spec-off at temperature 0, beyond spec-off's own rate)"
     c = plan.concurrency[0]
     off = {r.index: r.digest for r in records_of(state, "timing", plan.off.name, arm="B", regime="greedy",
@@ -107,7 +107,7 @@ def _r4(plan: Plan, state: dict[str, dict[str, Any]]) -> Verdict:
     return Verdict(name, "rejects" if rejected else "consistent", "; ".join(lines))
 
 
-def rule_errors(plan: Plan, state: dict[str, dict[str, Any]], fit: Fit) -> dict[str, dict[str, float]]:
+def rule_errors(plan: CalibrationPlan, state: dict[str, dict[str, Any]], fit: Fit) -> dict[str, dict[str, float]]:
     """Mean absolute error of predicted tau and saving per combination rule, on arm D (mixed)."""
     out: dict[str, dict[str, float]] = {}
     for rule in ("mixture", "spans"):
@@ -128,7 +128,7 @@ def rule_errors(plan: Plan, state: dict[str, dict[str, Any]], fit: Fit) -> dict[
     return out
 
 
-def write_report(path: Path, plan: Plan, state: dict[str, dict[str, Any]], fit: Fit) -> None:
+def write_report(path: Path, plan: CalibrationPlan, state: dict[str, dict[str, Any]], fit: Fit) -> None:
     cal = fit.calibration
     figures = _figures(path, plan, state, fit)
     lines = [f"# draftgate calibration report: {cal.model}", "",
@@ -196,7 +196,7 @@ def write_report(path: Path, plan: Plan, state: dict[str, dict[str, Any]], fit: 
     path.write_text("\n".join(lines) + "\n")
 
 
-def _dynamic_k(plan: Plan, state: dict[str, dict[str, Any]]) -> str:
+def _dynamic_k(plan: CalibrationPlan, state: dict[str, dict[str, Any]]) -> str:
     if plan.dynamic_k is None:
         return ("Cannot be evaluated: no `--dynamic-k` pool (one speculation pool started with "
                 "`num_speculative_tokens_per_batch_size`) was given.")
@@ -212,7 +212,7 @@ def _dynamic_k(plan: Plan, state: dict[str, dict[str, Any]]) -> str:
     return "Busy seconds per output token on arm D:\n\n" + "\n".join(rows)
 
 
-def _figures(path: Path, plan: Plan, state: dict[str, dict[str, Any]], fit: Fit) -> tuple[str, str]:
+def _figures(path: Path, plan: CalibrationPlan, state: dict[str, dict[str, Any]], fit: Fit) -> tuple[str, str]:
     from draftgate.plots import plt
 
     stem = path.with_suffix("")

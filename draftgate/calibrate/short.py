@@ -23,8 +23,9 @@ def short_calibration(on: str, off: str, out: Path, model: str, requests: int, g
     speculation pools beside the draft-model pool ``on`` (named spec-on), each fitted on its own."""
     given = workloads or {}
     arms = {arm: given.get(arm) or protocol.load_arm(arm) for arm in ARMS}
-    plan = protocol.Plan(model, [protocol.Pool("spec-on", on, gamma), *others], protocol.Pool("spec-off", off, 0),
-                         list(ARMS), list(concurrency), ["greedy"], requests, None, arms)
+    plan = protocol.CalibrationPlan(model, [protocol.Pool("spec-on", on, gamma), *others],
+                                    protocol.Pool("spec-off", off, 0), list(ARMS), list(concurrency), ["greedy"],
+                                    requests, None, arms)
     with tempfile.TemporaryDirectory() as tmp:
         state = protocol.execute(plan, Path(tmp) / "state.jsonl", progress)
         fitted = protocol.fit(plan, state, 0.6)

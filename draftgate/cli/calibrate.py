@@ -106,8 +106,8 @@ def run(args: argparse.Namespace) -> int:
         asyncio.run(check())
     except BackendError as exc:
         raise CliError(str(exc)) from None
-    plan = protocol.Plan(args.model, spec, off, arms, sorted(set(args.concurrency)), regimes, args.requests,
-                         dynamic, workloads)
+    plan = protocol.CalibrationPlan(args.model, spec, off, arms, sorted(set(args.concurrency)), regimes,
+                                    args.requests, dynamic, workloads)
     state_path = Path(args.state or f"{args.out}.state.jsonl")
     try:
         state = protocol.execute(plan, state_path, protocol.progress_bar)

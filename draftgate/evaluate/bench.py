@@ -37,7 +37,7 @@ from draftgate.evaluate.calibration import calibrate
 from draftgate.evaluate.capacity import ATTAINMENT, DRAIN_LIMIT_SECONDS, Capacity, Point, point, schedule_for, search
 from draftgate.evaluate.fleet import Fleet
 from draftgate.evaluate.requests import Bank
-from draftgate.evaluate.simulation import Run, Simulation, Targets, proxy_settings
+from draftgate.evaluate.simulation import Run, Simulation, proxy_settings
 from draftgate.evaluate.strategies import (
     DYNAMIC,
     DYNAMIC_TABLES,
@@ -52,6 +52,7 @@ from draftgate.evaluate.strategies import (
 from draftgate.evaluate.traffic import Burst, OpenLoop, Schedule
 from draftgate.policy import fleet as plans
 from draftgate.policy.calibration import Calibration
+from draftgate.policy.fleet import Targets
 from draftgate.progress import draw
 from draftgate.workloads import mix
 
@@ -260,7 +261,7 @@ def setup_seed(seed: int, options: Options) -> SeedSetup:
     table = _best_table(seed, calibration, options)
     traffic = plan_traffic(seed, calibration, options)
     choices = candidates(MAX_NUM_SEQS, MAX_NUM_BATCHED_TOKENS, table)
-    target = plans.Targets(options.targets.ttft, options.targets.tpot, 0.99)
+    target = options.targets
     chosen = {}
     for n in options.gpus:
         tried = functools.partial(_tried_capacity, seed, n, calibration, fitted, options)

@@ -48,8 +48,9 @@ def calibrate(bank: Bank, pools: list[PoolSpec], arms: dict[str, list[dict[str, 
     and ``base`` (the catalogue's GPU and target, the default profile when None) fitted to the same runs."""
     spec = [protocol.Pool(p.name, f"sim://{p.name}", p.depth, p.method or "draft_model") for p in pools
             if p.speculative]
-    plan = protocol.Plan(MODEL, spec, protocol.Pool(OFF, f"sim://{OFF}", 0), list(ARMS), list(concurrency),
-                         ["greedy", "default"], requests, None, arms, nonce=lambda i: f"prefill-{bank.seed}-{i}")
+    plan = protocol.CalibrationPlan(MODEL, spec, protocol.Pool(OFF, f"sim://{OFF}", 0), list(ARMS), list(concurrency),
+                                    ["greedy", "default"], requests, None, arms,
+                                    nonce=lambda i: f"prefill-{bank.seed}-{i}")
     servers = {p.name: PoolSpec(p.name, 1, p.method, p.depth, p.lookup) for p in pools if p.speculative}
     servers[OFF] = PoolSpec(OFF, 1)
 

@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from draftgate.evaluate import bench, verdict
-from draftgate.evaluate.simulation import Targets
 from draftgate.evaluate.strategies import GATE
+from draftgate.policy.fleet import Targets
 from draftgate.workloads import mix
 
 SIZES = (1, 4, 16)  # GPUs

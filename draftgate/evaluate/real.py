@@ -27,8 +27,9 @@ from draftgate.calibrate.short import short_calibration
 from draftgate.evaluate.capacity import Capacity, Point, point, schedule_for, search
 from draftgate.evaluate.fleet import PoolSpec
 from draftgate.evaluate.replay import replay
-from draftgate.evaluate.simulation import Run, Targets, Window
+from draftgate.evaluate.simulation import Run, Window
 from draftgate.evaluate.strategies import GATE, NGRAM_LOOKUP
+from draftgate.policy.fleet import Targets
 from draftgate.servers import ServerProcess
 from draftgate.workloads import mix
 

@@ -27,21 +27,13 @@ from draftgate.emulator.engine import Engine, Sequence, Step
 from draftgate.evaluate.fleet import Fleet, PoolSpec
 from draftgate.evaluate.requests import Bank, Prepared
 from draftgate.policy.calibration import Calibration
+from draftgate.policy.fleet import Targets
 from draftgate.proxy.affinity import Conversation
 from draftgate.proxy.config import ProxySettings
 from draftgate.proxy.fleet_planning import FIRST_PLAN_SECONDS
 from draftgate.proxy.metrics import ProxyMetrics
-from draftgate.proxy.planner import Plan, Planner, Reading
+from draftgate.proxy.planner import RequestPlan, Planner, Reading
 from draftgate.proxy.pools import Pool, PoolSet, Replica
-
-
-@dataclass(frozen=True)
-class Targets:
-    """What a request must see to count as served well: its time to first token and time per
-    output token after it, in seconds."""
-
-    ttft: float = 2.0
-    tpot: float = 0.050
 
 
 @dataclass
@@ -80,7 +72,9 @@ class Served:
         return float("inf") if not self.finished or self.last_token is None else self.last_token - self.arrived
 
     def meets(self, targets: Targets) -> bool:
-        return self.finished and self.ttft <= targets.ttft and self.tpot <= targets.tpot
+        """Finished within the targets (a target of None holds any latency)."""
+        return (self.finished and (targets.ttft is None or self.ttft <= targets.ttft)
+                and (targets.tpot is None or self.tpot <= targets.tpot))
 
 
 @dataclass
@@ -91,12 +85,12 @@ class Job:
     body: dict[str, Any]
     served: Served
     then: Callable[[float], None] | None  # what its answer sets off (a session's next turn)
-    plan: Plan | None = None
+    plan: RequestPlan | None = None
     replica: Replica | None = None
     waited_since: float | None = None
 
 
-class Traffic(Protocol):
+class Arrivals(Protocol):
     """What arrives, and when: started once (it sends and schedules its arrivals through the simulation),
     then asked after every event whether it is done."""
 
@@ -205,7 +199,7 @@ class Simulation:
     def at(self, when: float, action: Callable[[Any], None], argument: Any = None) -> None:
         heapq.heappush(self._queue, (when, next(self._order), action, argument))
 
-    def run(self, traffic: Traffic, window: tuple[float, float], limit: float) -> Run:
+    def run(self, traffic: Arrivals, window: tuple[float, float], limit: float) -> Run:
         """Run ``traffic`` until it is done or the clock reaches ``limit``; busy time and tokens are
         counted over ``window``."""
         self.window = Window(*window)

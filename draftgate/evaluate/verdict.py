@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from draftgate.evaluate.capacity import ATTAINMENT, Point
-from draftgate.evaluate.simulation import Targets
 from draftgate.evaluate.strategies import GATE, GATE_SPLIT
+from draftgate.policy.fleet import Targets
 
 if TYPE_CHECKING:
     from draftgate.evaluate.bench import SeedSetup, UnitResult
