@@ -3,7 +3,7 @@
 Run by hand, not at test time: the output, ``bfcl_sample.jsonl``, is committed.
 
     pip download --no-deps bfcl-eval -d /tmp/bfcl && unzip -q /tmp/bfcl/*.whl -d /tmp/bfcl/x
-    python -m bench.bfcl_convert /tmp/bfcl/x/bfcl_eval/data > draftgate/workloads/bfcl_sample.jsonl
+    python -m draftgate.workloads.convert_bfcl /tmp/bfcl/x/bfcl_eval/data > draftgate/workloads/bfcl_sample.jsonl
 
 The Berkeley Function Calling Leaderboard (BFCL v4) is by the Gorilla team at
 UC Berkeley, released under the Apache License 2.0; see ``BFCL_NOTICE.md``.

@@ -1,6 +1,6 @@
 """Write the committed four-arm workloads (run by hand; the JSONL files are committed).
 
-    python -m bench.make_arms
+    python -m draftgate.workloads.make_arms
 
 A: free prose. B: schema-bound tool calls at temperature 0, from the BFCL
 sample. C: long reasoning (thinking on). D: a replay of an agent loop: tool
