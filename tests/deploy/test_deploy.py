@@ -19,7 +19,7 @@ from draftgate.proxy.launch import VLLM_IMAGE, LaunchSettings, commands
 from draftgate.servers import ServerProcess, free_port
 from tests.conftest import accepted_vllm_flags
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 DEPLOY = ROOT / "deploy"
 DEFAULTS = {"TARGET_MODEL": "Qwen/Qwen3-32B", "DRAFT_MODEL": "Qwen/Qwen3-4B", "SPEC_DEPTH": "8"}
 
@@ -51,7 +51,7 @@ def test_dockerfile_passes_hadolint() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     text = (ROOT / "Dockerfile").read_text()
     assert text.count("FROM ") == 2 and "USER 10001" in text
-    assert 'CMD ["python", "-m", "draftgate.proxy.healthcheck"]' in text  # tests/test_proxy_ops.py runs it
+    assert 'CMD ["python", "-m", "draftgate.proxy.healthcheck"]' in text  # tests/proxy/test_proxy_ops.py runs it
     assert 'ENTRYPOINT ["draftgate", "serve"]' in text
 
 

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from draftgate.proxy.config import READ_AT_STARTUP, ProxySettings
 from draftgate.proxy.config_reference import SECTIONS, render
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 
 def test_the_committed_reference_is_the_one_the_models_write() -> None:

@@ -22,7 +22,7 @@ def _dashboard_source():  # type: ignore[no-untyped-def]
     """The dashboard's source, beside the JSON the chart ships (not a package: loaded by its path)."""
     import importlib.util
 
-    path = Path(__file__).parents[1] / "helm" / "draftgate" / "dashboards" / "dashboard.py"
+    path = Path(__file__).parents[2] / "helm" / "draftgate" / "dashboards" / "dashboard.py"
     spec = importlib.util.spec_from_file_location("draftgate_dashboard", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -33,7 +33,7 @@ def _dashboard_source():  # type: ignore[no-untyped-def]
 SOURCE = _dashboard_source()
 PANELS, dashboard, render = SOURCE.PANELS, SOURCE.dashboard, SOURCE.render
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 ALERTS = ROOT / "helm" / "draftgate" / "rules" / "alerts.yml"
 DASHBOARD = ROOT / "helm" / "draftgate" / "dashboards" / "draftgate.json"
 MODEL = "Qwen/Qwen3-32B"

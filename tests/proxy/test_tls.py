@@ -26,7 +26,7 @@ from tests.proxy_harness import (
 
 MODEL = "Qwen/Qwen3-32B"
 USER = [{"role": "user", "content": "hello"}]
-TLS = Path(__file__).resolve().parent / "data" / "tls"
+TLS = Path(__file__).resolve().parents[1] / "data" / "tls"
 
 
 def test_dns_expansion_of_an_https_pool_stops_startup() -> None:

@@ -14,7 +14,7 @@ from draftgate.proxy.planner import Planner
 from draftgate.proxy.pools import PoolSet
 from tests.memory import bytes_kept
 from tests.proxy_harness import proxy_settings
-from tests.test_structure import json_values, request_keys
+from tests.policy.test_structure import json_values, request_keys
 
 
 def planner(**overrides: Any) -> Planner:
