@@ -39,8 +39,8 @@ from draftgate.workloads import mix
 
 SEED = 3
 FLEET = Fleet((PoolSpec("eagle3-k3", 1, "eagle3", 3), PoolSpec("plain", 1)))
-PROXY = {"exploration_share": 0.0, "plan_interval": 0.0, "scrape_interval": 2.0,
-         "routing": {"tool_auto": "eagle3-k3", "prose": "plain"}}
+PROXY = {"exploration_share": 0.0, "health": {"scrape_interval": 2.0},
+         "plan": {"interval": 0.0, "routing": {"tool_auto": "eagle3-k3", "prose": "plain"}}}
 
 
 def figures(served: list[Served], targets: Targets) -> str:

@@ -273,7 +273,7 @@ def proxy_config(replicas: list[Replica], without: Replica | None = None) -> dic
                   {"name": "spec-off", "urls": urls("spec-off"), "max_num_seqs": 64}],
         # the rest as shipped, but a stream's first byte may take 1.5 s, not 300: the slow
         # replica's streams then fail over within a fault's period (its whole answers wait)
-        "health_interval": 0.5, "scrape_interval": 1.0, "first_byte_timeout": 1.5,
+        "health": {"interval": 0.5, "scrape_interval": 1.0}, "timeouts": {"first_byte": 1.5},
     }
 
 

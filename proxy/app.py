@@ -40,7 +40,7 @@ from draftgate.proxy.metrics import ProxyMetrics
 from draftgate.proxy.monitor import Monitor
 from draftgate.proxy.observe import Observation, parse_json
 from draftgate.proxy.passthrough import PassThrough, has_dot_segment
-from draftgate.proxy.planner import RequestPlan, Planner, load_calibration_or_defaults
+from draftgate.proxy.planner import Planner, RequestPlan, load_calibration_or_defaults
 from draftgate.proxy.recorder import Outcome, Recorder
 from draftgate.proxy.request_body import BadRequest, read_body, read_json
 from draftgate.proxy.shared_state import SharedState
@@ -77,12 +77,12 @@ class Proxy:
         self.reload_settings = reload_settings
         self.metrics = ProxyMetrics()
         # one client and one trust for https pools, for every call upstream (read at startup)
-        self.client = UpstreamClient(settings.upstream_tls())
+        self.client = UpstreamClient(settings.tls.upstream_context())
         self.shutdown = Shutdown(self.client)
         self.upstreams = Upstreams(settings, self.client, self.metrics, self.shutdown)
         pools = self.upstreams.pools
         # the store proxy replicas share, if one is configured (read at startup)
-        self.shared = SharedState(settings, self.metrics) if settings.state else None
+        self.shared = SharedState(settings, self.metrics) if settings.shared_state.address else None
         if self.shared is not None:
             self.upstreams.on_eject = self.shared.eject
         self.planner = Planner(settings, pools, self.metrics, self.shared)
@@ -195,7 +195,7 @@ class Proxy:
 
     def _body_limits(self) -> tuple[int, float]:
         """How much of a request body the proxy reads, and how long it waits on a pause in it."""
-        return self.settings.max_body_bytes, self.settings.client_body_timeout
+        return self.settings.max_body_bytes, self.settings.timeouts.client_body
 
     def _authorize(self, request: Request) -> ApiKey | None:
         """The configured key the request carries (None when the proxy has none); 401 without one."""
@@ -278,7 +278,7 @@ class Proxy:
 
     def cors_policy(self) -> CorsPolicy:
         """The CORS settings now in force (a reload changes them)."""
-        return CorsPolicy(self.settings.allowed_origins, self.settings.allow_credentials)
+        return CorsPolicy(self.settings.cors.allowed_origins, self.settings.cors.allow_credentials)
 
     def do_reload(self) -> list[str]:
         """Apply the configuration file as it is now; returns the changed keys that

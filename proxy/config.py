@@ -7,6 +7,9 @@ the YAML file, then the defaults below, which work for a quick start.
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 import ssl
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -35,6 +38,8 @@ from draftgate.policy.kinds import KINDS
 from draftgate.policy.structure.priors import StructurePriors
 from draftgate.policy.structure.sampling import SamplingDefaults
 from draftgate.proxy.upstream import tls_context
+
+log = logging.getLogger("draftgate.config")
 
 
 class ConfigError(ValueError):
@@ -239,6 +244,169 @@ class ApiKey(BaseModel):
         return key
 
 
+class Timeouts(BaseModel):
+    """How long the proxy waits on its clients and on its pools, in seconds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    client_header: float = Field(
+        60.0, gt=0, description="a request's line and headers must all arrive within this of the connection's "
+                                "opening (or of the request's first byte on a kept-alive one), or it is closed, "
+                                "with a 408 if a head had begun; as nginx's client_header_timeout")
+    client_body: float = Field(
+        60.0, gt=0, description="the longest a request body may pause between two reads before the request is "
+                                "answered 408; as nginx's client_body_timeout")
+    keep_alive: float = Field(
+        75.0, gt=0, description="how long a client's idle kept-alive connection stays open. Longer than any client "
+                                "or load balancer in front keeps one (nginx 60 s, AWS ALB 60 s; Google's load "
+                                "balancers 600 s: set 620 behind them), so that they, not the proxy, close it")
+    connect: float = Field(2.0, gt=0, description="a replica's connection (TCP, and TLS) must open within this, "
+                                                 "or the request fails over")
+    first_byte: float = Field(
+        300.0, gt=0, description="a stream's headers, its first event and each event after must come within this")
+    answer: float = Field(
+        3600.0, gt=0, description="a non-streamed answer must come within this. vLLM sends it whole once "
+                                  "generated, so this bounds the whole generation: long reasoning takes minutes")
+    queue: float = Field(2.0, ge=0.0, description="wait for capacity before shedding with 503")
+    graceful_shutdown: float = Field(
+        30.0, gt=0, description="after SIGTERM, how long requests in flight may run before they are cut. A "
+                                "long reasoning stream needs minutes: the Helm chart sets 120")
+
+
+class Health(BaseModel):
+    """How replicas are checked, scraped and taken out of rotation."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    interval: float = Field(1.0, gt=0, description="seconds between health checks of a replica")
+    timeout: float = Field(2.0, gt=0, description="a health check unanswered this long has timed out")
+    timeouts_to_fail: int = Field(
+        3, ge=1, description="consecutive unanswered checks before a replica leaves rotation; a failed "
+                             "connection or a non-200 answer takes it out at once")
+    eject_after_failed_answers: int = Field(
+        5, ge=0, description="answers in a row that fail (502/503/504, a dropped connection, no first byte in "
+                             "time, a stream cut) before a replica leaves rotation though its /health is fine; 0: "
+                             "never")
+    eject_failure_share: float = Field(
+        0.5, ge=0.0, le=1.0, description="a replica also leaves rotation when this share of at least "
+                                         "ejection_window answers fail (a replica failing every other answer "
+                                         "never fails eject_after_failed_answers in a row); 0: never")
+    ejection_window: int = Field(20, ge=2, description="answers the failure share is taken over")
+    ejection_seconds: float = Field(
+        5.0, gt=0, description="how long the first ejection lasts; each further one without a good answer "
+                               "between doubles it, up to 60 s")
+    scrape_interval: float = Field(2.0, gt=0, description="seconds between reads of a replica's /metrics")
+
+
+class SharedStore(BaseModel):
+    """The store proxy replicas share what they learn through (Redis); unset: each proxy keeps its own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    address: str | None = Field(
+        None, description="where proxy replicas share conversation affinity, what each request shape produced and "
+                          "which replicas are ejected: redis://host:port/db (rediss:// for TLS); unset: each proxy "
+                          "keeps its own, in memory")
+    password: SecretStr | None = Field(None, description="the shared store's password (a Secret in the chart)")
+    timeout: float = Field(
+        0.05, gt=0.0, le=5.0, description="the longest a request waits on the shared store before it plans from "
+                                          "this proxy's own state (counted as a fallback)")
+    ttl_seconds: float = Field(
+        86_400.0, gt=0.0, description="how long a shared conversation placement or shape lasts without being "
+                                      "seen again")
+
+    @field_validator("address")
+    @classmethod
+    def _redis_address(cls, value: str | None) -> str | None:
+        if not value:  # unset, or set empty (compose passes DRAFTGATE_SHARED_STATE__ADDRESS through as "")
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in ("redis", "rediss") or not parts.hostname:
+            raise ValueError(f"{value!r} is not a Redis address: redis://host:port/db, or rediss:// for TLS")
+        if parts.password:
+            raise ValueError("give the shared store's password as shared_state.password, not in the address")
+        try:
+            parts.port  # noqa: B018 - raises on a port that is not a number in range
+            db = parts.path.strip("/")
+            if db and not db.isdigit():
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"{value!r} is not a Redis address: its port and database are numbers") from None
+        return value
+
+
+class Planning(BaseModel):
+    """The fleet plan: which pool serves each kind of request, and the fleet it would recommend."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    routing: dict[str, str] = Field(
+        default_factory=dict, description="kind of request (tool, tool_auto, json, reasoning, prose) -> the pool "
+                                          "that serves it, as draftgate plan recommends; the proxy's own plan "
+                                          "replaces it once it has seen traffic (plan.interval; 0 keeps it). "
+                                          "Empty: each request goes where the gate prices it cheapest until then")
+    assignment_interval: float = Field(
+        5.0, gt=0.0, description="seconds between recomputations of each kind's shares: a pool nearing its limit "
+                                 "spills the kind whose move costs least")
+    interval: float = Field(
+        300.0, ge=0.0, description="seconds between fleet plans from the proxy's own traffic: which pool each kind "
+                                   "goes to, and the fleet it would recommend (draftgate_plan_*); 0: never")
+    candidates: list[CandidatePool] = Field(
+        default_factory=list, description="the pool configurations the recommended fleet is made of; empty: plain, "
+                                          "a draft model at depth 2, 4 and 8, an EAGLE-3 head at 3, ngram at 4")
+
+
+class Tls(BaseModel):
+    """TLS: the proxy's own certificate, and how it speaks to pools served over https."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ca_file: Path | None = Field(
+        None, description="CA bundle that verifies pools served over https (a private CA); default: the "
+                          "system's trust store")
+    certfile: Path | None = Field(
+        None, description="serve https with this certificate chain (PEM), as vLLM's --ssl-certfile; needs "
+                          "keyfile")
+    keyfile: Path | None = Field(None, description="the private key of certfile (PEM)")
+    client_certfile: Path | None = Field(
+        None, description="the client certificate (PEM) shown to https pools that require one (vLLM's "
+                          "--ssl-cert-reqs 2, mutual TLS); needs client_keyfile")
+    client_keyfile: Path | None = Field(None, description="the private key of client_certfile (PEM)")
+
+    @field_validator("ca_file")
+    @classmethod
+    def _loadable_ca(cls, path: Path | None) -> Path | None:
+        if path is not None:
+            try:
+                tls_context(str(path))
+            except (OSError, ssl.SSLError) as exc:
+                raise ValueError(f"{str(path)!r} is not a readable CA bundle: {exc}") from None
+        return path
+
+    @model_validator(mode="after")
+    def _certificates(self) -> Tls:
+        _usable_pair("certfile", self.certfile, "keyfile", self.keyfile, ssl.PROTOCOL_TLS_SERVER)
+        _usable_pair("client_certfile", self.client_certfile, "client_keyfile", self.client_keyfile,
+                     ssl.PROTOCOL_TLS_CLIENT)
+        return self
+
+    def upstream_context(self) -> ssl.SSLContext:
+        """How the proxy speaks to https pools: whom it trusts, and what it shows if asked."""
+        files = (self.ca_file, self.client_certfile, self.client_keyfile)
+        return tls_context(*(None if f is None else str(f) for f in files))
+
+
+class Cors(BaseModel):
+    """CORS on the answers the proxy makes itself, as vLLM's own flags set it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    allowed_origins: list[str] = Field(
+        default_factory=lambda: ["*"], description="CORS origins allowed on the answers the proxy makes itself, "
+                                                   "as vLLM's --allowed-origins (pools' answers keep their own)")
+    allow_credentials: bool = Field(False, description="CORS credentials, as vLLM's --allow-credentials")
+
+
 class ProxySettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DRAFTGATE_", env_nested_delimiter="__", extra="forbid")
 
@@ -271,29 +439,11 @@ class ProxySettings(BaseSettings):
                                           "every request may set x-draftgate-mode")
     admin_token: SecretStr | None = Field(None, description="enables POST /draftgate/reload, which must carry it "
                                                            "as a bearer token; unset: the endpoint is off")
-    client_header_timeout: float = Field(
-        60.0, gt=0, description="a request's line and headers must all arrive within this of the connection's "
-                                "opening (or of the request's first byte on a kept-alive one), or it is closed, "
-                                "with a 408 if a head had begun; as nginx's client_header_timeout")
     max_head_bytes: int = Field(
         64 * 1024, ge=4096, description="the request line and headers may reach this before their end has come "
                                         "(431 past it; one that ends in the read that crosses it passes, so the "
                                         "bound is this plus a read, 256 KiB): uvicorn takes any size, and one "
                                         "header could exhaust the proxy's memory")
-    client_body_timeout: float = Field(
-        60.0, gt=0, description="the longest a request body may pause between two reads before the request is "
-                                "answered 408; as nginx's client_body_timeout")
-    keep_alive_timeout: float = Field(
-        75.0, gt=0, description="how long a client's idle kept-alive connection stays open. Longer than any client "
-                                "or load balancer in front keeps one (nginx 60 s, AWS ALB 60 s; Google's load "
-                                "balancers 600 s: set 620 behind them), so that they, not the proxy, close it")
-    connect_timeout: float = Field(2.0, gt=0, description="a replica's connection (TCP, and TLS) must open within "
-                                                          "this, or the request fails over")
-    first_byte_timeout: float = Field(
-        300.0, gt=0, description="a stream's headers, its first event and each event after must come within this")
-    answer_timeout: float = Field(
-        3600.0, gt=0, description="a non-streamed answer must come within this. vLLM sends it whole once "
-                                  "generated, so this bounds the whole generation: long reasoning takes minutes")
     retry_budget_ratio: float = Field(0.2, ge=0.0, le=1.0, description="retries per request, over 10 s")
     retry_budget_floor: float = Field(5.0, ge=0.0, description="retries per second always allowed")
     kv_cache_full: float = Field(
@@ -302,26 +452,7 @@ class ProxySettings(BaseSettings):
     kv_cache_ramp: float = Field(
         0.05, ge=0.0, lt=1.0, description="over this much usage below kv_cache_full, marginal traffic thins out by "
                                           "chance in proportion, so proxies sharing a scrape do not turn away at once")
-    queue_timeout: float = Field(2.0, ge=0.0, description="wait for capacity before shedding with 503")
     queue_depth_per_replica: int = Field(16, ge=0, description="requests beyond max_num_seqs the proxy forwards")
-    health_interval: float = Field(1.0, gt=0, description="seconds between health checks of a replica")
-    health_timeout: float = Field(2.0, gt=0, description="a health check unanswered this long has timed out")
-    health_timeouts_to_fail: int = Field(
-        3, ge=1, description="consecutive unanswered checks before a replica leaves rotation; a failed "
-                             "connection or a non-200 answer takes it out at once")
-    eject_after_failed_answers: int = Field(
-        5, ge=0, description="answers in a row that fail (502/503/504, a dropped connection, no first byte in "
-                             "time, a stream cut) before a replica leaves rotation though its /health is fine; 0: "
-                             "never")
-    eject_failure_share: float = Field(
-        0.5, ge=0.0, le=1.0, description="a replica also leaves rotation when this share of at least "
-                                         "ejection_window answers fail (a replica failing every other answer "
-                                         "never fails eject_after_failed_answers in a row); 0: never")
-    ejection_window: int = Field(20, ge=2, description="answers the failure share is taken over")
-    ejection_seconds: float = Field(
-        5.0, gt=0, description="how long the first ejection lasts; each further one without a good answer "
-                               "between doubles it, up to 60 s")
-    scrape_interval: float = Field(2.0, gt=0, description="seconds between reads of a replica's /metrics")
     log_requests: bool = Field(True, description="one JSON line per request on stdout (docs/logs.md)")
     record_traffic: RecordTraffic | None = Field(None, description="write the requests routed to a file that "
                                                                    "draftgate evaluate --traffic replays "
@@ -330,96 +461,36 @@ class ProxySettings(BaseSettings):
     price_per_gpu_hour: float = Field(0.0, ge=0.0, description="for the money-saved counters; 0: not exported")
     currency: str = Field("USD", min_length=1, max_length=8, description="label of the money-saved counters")
     proxy_replicas: int = Field(1, ge=1, description="proxies sharing these pools (counter attribution needs 1)")
-    state: str | None = Field(
-        None, description="where proxy replicas share conversation affinity, what each request shape produced and "
-                          "which replicas are ejected: redis://host:port/db (rediss:// for TLS); unset: each proxy "
-                          "keeps its own, in memory")
-    state_password: SecretStr | None = Field(None, description="the shared store's password (a Secret in the chart)")
-    state_timeout: float = Field(
-        0.05, gt=0.0, le=5.0, description="the longest a request waits on the shared store before it plans from "
-                                          "this proxy's own state (counted as a fallback)")
-    state_ttl_seconds: float = Field(
-        86_400.0, gt=0.0, description="how long a shared conversation placement or shape lasts without being "
-                                      "seen again")
     drift_window: int = Field(200, ge=10, description="requests over which predicted-observed drift is averaged")
-    routing: dict[str, str] = Field(
-        default_factory=dict, description="kind of request (tool, tool_auto, json, reasoning, prose) -> the pool "
-                                          "that serves it, as draftgate plan recommends; the proxy's own plan "
-                                          "replaces it once it has seen traffic (plan_interval; 0 keeps it). "
-                                          "Empty: each request goes where the gate prices it cheapest until then")
-    assignment_interval: float = Field(
-        5.0, gt=0.0, description="seconds between recomputations of each kind's shares: a pool nearing its limit "
-                                 "spills the kind whose move costs least")
-    plan_interval: float = Field(
-        300.0, ge=0.0, description="seconds between fleet plans from the proxy's own traffic: which pool each kind "
-                                   "goes to, and the fleet it would recommend (draftgate_plan_*); 0: never")
-    plan_candidates: list[CandidatePool] = Field(
-        default_factory=list, description="the pool configurations the recommended fleet is made of; empty: plain, "
-                                          "a draft model at depth 2, 4 and 8, an EAGLE-3 head at 3, ngram at 4")
-    tls_ca_file: Path | None = Field(
-        None, description="CA bundle that verifies pools served over https (a private CA); default: the "
-                          "system's trust store")
-    tls_certfile: Path | None = Field(
-        None, description="serve https with this certificate chain (PEM), as vLLM's --ssl-certfile; needs "
-                          "tls_keyfile")
-    tls_keyfile: Path | None = Field(None, description="the private key of tls_certfile (PEM)")
-    tls_client_certfile: Path | None = Field(
-        None, description="the client certificate (PEM) shown to https pools that require one (vLLM's "
-                          "--ssl-cert-reqs 2, mutual TLS); needs tls_client_keyfile")
-    tls_client_keyfile: Path | None = Field(None, description="the private key of tls_client_certfile (PEM)")
-    allowed_origins: list[str] = Field(
-        default_factory=lambda: ["*"], description="CORS origins allowed on the answers the proxy makes itself, "
-                                                   "as vLLM's --allowed-origins (pools' answers keep their own)")
-    allow_credentials: bool = Field(False, description="CORS credentials, as vLLM's --allow-credentials")
-    graceful_shutdown_seconds: float = Field(
-        30.0, gt=0, description="after SIGTERM, how long requests in flight may run before they are cut. A "
-                                "long reasoning stream needs minutes: the Helm chart sets 120")
+    timeouts: Timeouts = Field(default_factory=Timeouts, description="how long the proxy waits on clients and pools")
+    health: Health = Field(default_factory=Health, description="health checks, scrapes and ejection")
+    shared_state: SharedStore = Field(default_factory=SharedStore, description="what proxy replicas share, and where")
+    plan: Planning = Field(default_factory=Planning, description="the fleet plan and each kind's pools")
+    tls: Tls = Field(default_factory=Tls, description="certificates: the proxy's own, and towards https pools")
+    cors: Cors = Field(default_factory=Cors, description="CORS on the proxy's own answers")
 
-    @field_validator("tls_ca_file")
+    @model_validator(mode="before")
     @classmethod
-    def _loadable_ca(cls, path: Path | None) -> Path | None:
-        if path is not None:
-            try:
-                tls_context(str(path))
-            except (OSError, ssl.SSLError) as exc:
-                raise ValueError(f"{str(path)!r} is not a readable CA bundle: {exc}") from None
-        return path
-
-    @model_validator(mode="after")
-    def _certificates(self) -> ProxySettings:
-        _usable_pair("tls_certfile", self.tls_certfile, "tls_keyfile", self.tls_keyfile, ssl.PROTOCOL_TLS_SERVER)
-        _usable_pair("tls_client_certfile", self.tls_client_certfile, "tls_client_keyfile", self.tls_client_keyfile,
-                     ssl.PROTOCOL_TLS_CLIENT)
-        return self
-
-    def upstream_tls(self) -> ssl.SSLContext:
-        """How the proxy speaks to https pools: whom it trusts, and what it shows if asked."""
-        files = (self.tls_ca_file, self.tls_client_certfile, self.tls_client_keyfile)
-        return tls_context(*(None if f is None else str(f) for f in files))
+    def _flat_keys(cls, data: Any) -> Any:
+        """Keys from before the settings were grouped, moved into their groups; accepted for one
+        release, each with a warning. A key written in its group wins over its flat form."""
+        if not isinstance(data, dict) or not any(key in FLAT_KEYS for key in data):
+            return data
+        data = dict(data)
+        for key in [k for k in data if k in FLAT_KEYS]:
+            group, name = FLAT_KEYS[key]
+            section = data.get(group)
+            section = section.model_dump() if isinstance(section, BaseModel) else dict(section or {})
+            section.setdefault(name, data.pop(key))
+            data[group] = section
+            log.warning(f"configuration key {key} is deprecated and will be removed: write {group}.{name}",
+                        extra={"key": key})
+        return data
 
     @property
     def scheme(self) -> str:
         """How clients reach the proxy."""
-        return "https" if self.tls_certfile is not None else "http"
-
-    @field_validator("state")
-    @classmethod
-    def _redis_address(cls, value: str | None) -> str | None:
-        if not value:  # unset, or set empty (compose passes DRAFTGATE_STATE through as "")
-            return None
-        parts = urlsplit(value)
-        if parts.scheme not in ("redis", "rediss") or not parts.hostname:
-            raise ValueError(f"{value!r} is not a Redis address: redis://host:port/db, or rediss:// for TLS")
-        if parts.password:
-            raise ValueError("give the shared store's password as state_password, not in the address")
-        try:
-            parts.port  # noqa: B018 - raises on a port that is not a number in range
-            db = parts.path.strip("/")
-            if db and not db.isdigit():
-                raise ValueError
-        except ValueError:
-            raise ValueError(f"{value!r} is not a Redis address: its port and database are numbers") from None
-        return value
+        return "https" if self.tls.certfile is not None else "http"
 
     @model_validator(mode="after")
     def _pools(self) -> ProxySettings:
@@ -428,11 +499,12 @@ class ProxySettings(BaseSettings):
         names = [p.name for p in self.pools]
         if len(set(names)) != len(names):
             raise ValueError(f"pool names must be unique, got {names}")
-        for kind, pool in self.routing.items():
+        for kind, pool in self.plan.routing.items():
             if kind not in KINDS:
-                raise ValueError(f"routing: {kind!r} is no kind of request; the kinds are {', '.join(KINDS)}")
+                raise ValueError(f"plan.routing: {kind!r} is no kind of request; the kinds are {', '.join(KINDS)}")
             if pool not in names:
-                raise ValueError(f"routing: {kind} goes to {pool!r}, which is none of the pools ({', '.join(names)})")
+                raise ValueError(f"plan.routing: {kind} goes to {pool!r}, which is none of the pools "
+                                 f"({', '.join(names)})")
         return self
 
     @classmethod
@@ -445,7 +517,7 @@ class ProxySettings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         yaml_file = getattr(cls, "_yaml_file", None)
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings, _FlatEnvironment(settings_cls)]
         if yaml_file is not None:
             sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=yaml_file))
         return tuple(sources)
@@ -453,16 +525,61 @@ class ProxySettings(BaseSettings):
     def restart_needed(self, running: ProxySettings) -> list[str]:
         """The keys read at startup whose value here differs from the ``running`` one's:
         a reload to these settings leaves those as they were."""
-        return [key for key in READ_AT_STARTUP if getattr(self, key) != getattr(running, key)]
+        return [key for key in READ_AT_STARTUP if _value(self, key) != _value(running, key)]
 
 
 # Taken once, when the proxy starts: the listening socket, TLS contexts, the
 # server's own timeouts, and the sizes of tables built then. A reload leaves
 # them as they were, and says so.
-READ_AT_STARTUP = ("host", "port", "tls_ca_file", "tls_certfile", "tls_keyfile", "tls_client_certfile",
-                   "tls_client_keyfile", "client_header_timeout", "max_head_bytes", "keep_alive_timeout",
-                   "graceful_shutdown_seconds", "learner_capacity", "affinity_capacity", "response_holders_capacity",
-                   "drift_window", "proxy_replicas", "state", "state_password", "record_traffic")
+READ_AT_STARTUP = ("host", "port", "tls", "timeouts.client_header", "max_head_bytes", "timeouts.keep_alive",
+                   "timeouts.graceful_shutdown", "learner_capacity", "affinity_capacity", "response_holders_capacity",
+                   "drift_window", "proxy_replicas", "shared_state.address", "shared_state.password",
+                   "record_traffic")
+
+# The keys from before the settings were grouped -> (group, key in it), accepted for one release.
+FLAT_KEYS: dict[str, tuple[str, str]] = {
+    "client_header_timeout": ("timeouts", "client_header"), "client_body_timeout": ("timeouts", "client_body"),
+    "keep_alive_timeout": ("timeouts", "keep_alive"), "connect_timeout": ("timeouts", "connect"),
+    "first_byte_timeout": ("timeouts", "first_byte"), "answer_timeout": ("timeouts", "answer"),
+    "queue_timeout": ("timeouts", "queue"), "graceful_shutdown_seconds": ("timeouts", "graceful_shutdown"),
+    "health_interval": ("health", "interval"), "health_timeout": ("health", "timeout"),
+    "health_timeouts_to_fail": ("health", "timeouts_to_fail"),
+    "eject_after_failed_answers": ("health", "eject_after_failed_answers"),
+    "eject_failure_share": ("health", "eject_failure_share"), "ejection_window": ("health", "ejection_window"),
+    "ejection_seconds": ("health", "ejection_seconds"), "scrape_interval": ("health", "scrape_interval"),
+    "state": ("shared_state", "address"), "state_password": ("shared_state", "password"),
+    "state_timeout": ("shared_state", "timeout"), "state_ttl_seconds": ("shared_state", "ttl_seconds"),
+    "routing": ("plan", "routing"), "assignment_interval": ("plan", "assignment_interval"),
+    "plan_interval": ("plan", "interval"), "plan_candidates": ("plan", "candidates"),
+    "tls_ca_file": ("tls", "ca_file"), "tls_certfile": ("tls", "certfile"), "tls_keyfile": ("tls", "keyfile"),
+    "tls_client_certfile": ("tls", "client_certfile"), "tls_client_keyfile": ("tls", "client_keyfile"),
+    "allowed_origins": ("cors", "allowed_origins"), "allow_credentials": ("cors", "allow_credentials"),
+}
+
+
+def _value(settings: ProxySettings, key: str) -> Any:
+    """A setting by its dotted key (``timeouts.keep_alive``)."""
+    value: Any = settings
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
+class _FlatEnvironment(PydanticBaseSettingsSource):
+    """``DRAFTGATE_<KEY>`` for the keys from before the grouping (``DRAFTGATE_STATE``), read as
+    those keys so that ``_flat_keys`` moves them, with their warning; the grouped form is
+    ``DRAFTGATE_SHARED_STATE__ADDRESS``."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for key in FLAT_KEYS:
+            raw = os.environ.get(f"DRAFTGATE_{key.upper()}")
+            if raw is not None:
+                found[key] = json.loads(raw) if raw.lstrip().startswith(("[", "{")) else raw
+        return found
 
 
 def _usable_pair(cert_name: str, cert: Path | None, key_name: str, key: Path | None, protocol: int) -> None:

@@ -22,14 +22,21 @@ from pydantic.fields import FieldInfo
 from draftgate.policy.structure.priors import StructurePriors
 from draftgate.policy.structure.sampling import SamplingDefaults
 from draftgate.proxy.config import (
+    FLAT_KEYS,
     READ_AT_STARTUP,
     ApiKey,
     CandidatePool,
+    Cors,
+    Health,
     ModelPolicy,
+    Planning,
     PoolConfig,
     ProxySettings,
     RecordTraffic,
+    SharedStore,
     SpeculationConfig,
+    Timeouts,
+    Tls,
 )
 
 # (heading, model): each nested model once, under the path a file writes it at
@@ -41,7 +48,13 @@ SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("default_policy, models.*", ModelPolicy),
     ("structure_priors", StructurePriors),
     ("api_keys[]", ApiKey),
-    ("plan_candidates[]", CandidatePool),
+    ("timeouts", Timeouts),
+    ("health", Health),
+    ("shared_state", SharedStore),
+    ("plan", Planning),
+    ("plan.candidates[]", CandidatePool),
+    ("tls", Tls),
+    ("cors", Cors),
     ("record_traffic", RecordTraffic),
 )
 
@@ -52,7 +65,7 @@ Every key `draftgate serve --config FILE` reads, generated from the settings
 models (`python -m draftgate.proxy.config_reference > docs/configuration.md`; a test
 checks that this page matches them). Any key can also be set from the
 environment, `DRAFTGATE_` and the key in capitals, nested keys joined by `__`:
-`DRAFTGATE_CLIENT_BODY_TIMEOUT=30`, `DRAFTGATE_DEFAULT_POLICY__MARGIN=0.05`.
+`DRAFTGATE_TIMEOUTS__CLIENT_BODY=30`, `DRAFTGATE_DEFAULT_POLICY__MARGIN=0.05`.
 Unknown keys stop startup, as do values out of bounds, with one line naming
 the key. `draftgate serve --config FILE --check` validates without serving.
 Times are in seconds. `SIGHUP` or `POST /draftgate/reload` applies a changed
@@ -61,18 +74,33 @@ of those logs a warning naming it, and the reload's answer lists it under
 `restart_needed`.
 """
 _TABLE_HEAD = "| key | type | default | bounds | meaning |\n| --- | --- | --- | --- | --- |\n"
+_FLAT = """
+## Keys from before the grouping
+
+Still accepted, for one release: each is moved into its group with a warning
+in the log naming where it goes now, and a key written in its group wins over
+its flat form. The same holds for their environment variables
+(`DRAFTGATE_STATE` for `DRAFTGATE_SHARED_STATE__ADDRESS`).
+
+| flat key | now |
+| --- | --- |
+"""
 
 
 def render() -> str:
     parts = [_INTRO]
     for heading, model in SECTIONS:
         parts.append(f"\n## {heading}\n\n{_TABLE_HEAD}")
-        parts.extend(_row(name, field) for name, field in model.model_fields.items())
+        parts.extend(_row(heading, name, field) for name, field in model.model_fields.items())
+    parts.append(_FLAT)
+    parts.extend(f"| `{flat}` | `{group}.{key}` |\n" for flat, (group, key) in FLAT_KEYS.items())
     return "".join(parts)
 
 
-def _row(name: str, field: FieldInfo) -> str:
-    meaning = (field.description or "") + (" (read at startup)" if name in READ_AT_STARTUP else "")
+def _row(section: str, name: str, field: FieldInfo) -> str:
+    startup = (name in READ_AT_STARTUP if section == "top level"
+               else bool({section, f"{section}.{name}"} & set(READ_AT_STARTUP)))
+    meaning = (field.description or "") + (" (read at startup)" if startup else "")
     cells = (f"`{name}`", _type_name(field.annotation), _default(field), _bounds(field), meaning)
     return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |\n"
 

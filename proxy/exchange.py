@@ -16,7 +16,7 @@ that breaks before its end. Anything else, 4xx included, passes through.
 
 Every such failure also counts against its replica: enough in a row, or too
 large a share of its recent answers, take it out of rotation for a while
-(``eject_after_failed_answers``, ``eject_failure_share``), since a replica can
+(``health.eject_after_failed_answers``, ``health.eject_failure_share``), since a replica can
 fail its answers while its ``/health`` stays fine, and the retries it causes
 would spend the budget that real failovers need.
 """
@@ -114,16 +114,16 @@ class Upstreams:
     def count_failed_answer(self, pool: Pool, replica: Replica) -> None:
         """Count a failed answer against ``replica``; eject it when that makes enough in a row,
         or too large a share of its recent answers."""
-        settings = self.settings
-        in_a_row, limit = replica.failed_answers + 1, settings.eject_after_failed_answers
-        seconds = replica.answer_failed(limit, settings.ejection_seconds, share=settings.eject_failure_share,
-                                        window=settings.ejection_window)
+        health = self.settings.health
+        in_a_row, limit = replica.failed_answers + 1, health.eject_after_failed_answers
+        seconds = replica.answer_failed(limit, health.ejection_seconds, share=health.eject_failure_share,
+                                        window=health.ejection_window)
         if seconds is not None:
             self.metrics.ejections.labels(pool=pool.name).inc()
             if self.on_eject is not None:
                 self.on_eject(replica.url, seconds)
             why = (f"{in_a_row} in a row" if limit and in_a_row >= limit else
-                   f"{settings.eject_failure_share:.0%} or more of at least the last {settings.ejection_window}")
+                   f"{health.eject_failure_share:.0%} or more of at least the last {health.ejection_window}")
             log.warning("replica ejected: its answers failed, %s; back in rotation in %.0f s", why, seconds,
                         extra={"replica": replica.url})
 
@@ -184,10 +184,10 @@ class Exchange:
         up = self.upstreams
         settings = up.settings
         up.budget.deposit()
-        read_timeout = settings.first_byte_timeout if self.streamed else settings.answer_timeout
+        read_timeout = settings.timeouts.first_byte if self.streamed else settings.timeouts.answer
         order = [self.prefer[0]] if self.pinned and self.prefer is not None else self.order
         pools = [p for p in map(up.pool, order) if p is not None]
-        first = up.pools.first_with_room(pools) or await up.pools.wait_for_room(pools, settings.queue_timeout)
+        first = up.pools.first_with_room(pools) or await up.pools.wait_for_room(pools, settings.timeouts.queue)
         if first is None:
             up.metrics.shed.labels(model=up.metrics.model_label(self.model)).inc()
             raise NoCapacity("every pool is at capacity")
@@ -230,7 +230,7 @@ class Exchange:
         headers = upstream_headers(self.outgoing.headers, pool, strip_authorization=bool(settings.api_keys))
         try:
             self.response = await up.client.origin(replica.url).request(
-                self.outgoing.method, self.outgoing.target, headers, self.outgoing.body, settings.connect_timeout,
+                self.outgoing.method, self.outgoing.target, headers, self.outgoing.body, settings.timeouts.connect,
                 read_timeout)
             if self.response.status_code in RETRYABLE_STATUS:
                 await self._end_attempt()

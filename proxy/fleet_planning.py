@@ -1,6 +1,6 @@
 """The fleet plan, kept current while the proxy runs: each kind's shares every few seconds, the plan every few minutes.
 
-Every ``assignment_interval`` the planner spills its assignment as the kinds'
+Every ``plan.assignment_interval`` the planner spills its assignment as the kinds'
 current rates need it (``Planner.refresh``); every ``plan_interval`` (the first
 a minute in, once there is traffic to read) it plans the fleet from the
 traffic it has seen (``Planner.replan``): the copy of its state is taken on the
@@ -46,7 +46,7 @@ class FleetPlanning:
 
     async def _assign_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.settings().assignment_interval)
+            await asyncio.sleep(self.settings().plan.assignment_interval)
             try:
                 self.planner.refresh()
                 self.export_assignment()
@@ -54,9 +54,9 @@ class FleetPlanning:
                 log.exception("spilling the assignment failed")
 
     async def _plan_loop(self) -> None:
-        await asyncio.sleep(min(FIRST_PLAN_SECONDS, self.settings().plan_interval or FIRST_PLAN_SECONDS))
+        await asyncio.sleep(min(FIRST_PLAN_SECONDS, self.settings().plan.interval or FIRST_PLAN_SECONDS))
         while True:
-            interval = self.settings().plan_interval
+            interval = self.settings().plan.interval
             if interval > 0:
                 await self.plan_once()
             await asyncio.sleep(interval or FIRST_PLAN_SECONDS)

@@ -66,7 +66,7 @@ class Monitor:
             checks = [self.check(r) for pool in self.pools for r in list(pool.replicas.values())
                       if time.monotonic() >= r.next_check]
             await asyncio.gather(*checks, return_exceptions=True)
-            await asyncio.sleep(self.settings().health_interval)
+            await asyncio.sleep(self.settings().health.interval)
 
     async def check(self, replica: Replica) -> None:
         """Take a replica out on a clear failure, or on repeated silence.
@@ -81,11 +81,11 @@ class Monitor:
         """
         settings = self.settings()
         try:
-            status, _ = await self.client.origin(replica.url).get("/health", (), settings.health_timeout)
+            status, _ = await self.client.origin(replica.url).get("/health", (), settings.health.timeout)
             ok = status == 200
         except UpstreamTimeout:
             replica.mark_unanswered()
-            if replica.healthy and replica.timeouts < settings.health_timeouts_to_fail:
+            if replica.healthy and replica.timeouts < settings.health.timeouts_to_fail:
                 log.info("replica health check timed out", extra={"replica": replica.url})
                 return
             ok = False
@@ -111,13 +111,13 @@ class Monitor:
                         replica.ejected_until = max(replica.ejected_until, time.monotonic() + seconds)
             except Exception:  # a bug here must not end the sync for the proxy's lifetime
                 log.exception("reading the shared ejections failed")
-            await asyncio.sleep(self.settings().health_interval)
+            await asyncio.sleep(self.settings().health.interval)
 
     async def _scrape_loop(self) -> None:
         while True:
             await asyncio.gather(*(self.scrape(pool, r) for pool in self.pools for r in list(pool.replicas.values())
                                    if r.healthy), return_exceptions=True)
-            await asyncio.sleep(self.settings().scrape_interval)
+            await asyncio.sleep(self.settings().health.scrape_interval)
 
     async def scrape(self, pool: Pool, replica: Replica) -> None:
         # Quiet: nothing of ours was in flight here from the moment the scrape left until it

@@ -88,5 +88,5 @@ class PassThrough:
         settings = up.settings
         # a lookup is as quick to answer as a health check
         return await self.holders.locate(up.client, rid, [p for p in map(up.pool, order) if p is not None],
-                                         request.scope["headers"], bool(settings.api_keys), settings.connect_timeout,
-                                         settings.health_timeout)
+                                         request.scope["headers"], bool(settings.api_keys), settings.timeouts.connect,
+                                         settings.health.timeout)

@@ -228,7 +228,7 @@ class Planner:
         self.traffic = TrafficWindow()
         # which pool each kind of request goes to: the base (configured, then the proxy's own plan) and its
         # spill under load; the kinds' arrivals it is spilled by
-        self._base: Assignment | None = Assignment.whole(settings.routing) if settings.routing else None
+        self._base: Assignment | None = Assignment.whole(settings.plan.routing) if settings.plan.routing else None
         self.assignment: Assignment | None = self._base
         self._capacities: list[PoolRates] = []
         self._turns = Turns()
@@ -392,7 +392,7 @@ class Planner:
                                   p.depth), step_scale=scaled(p.name)), max(1, len(p.replicas_in_rotation())))
             for p in self.pools)
         candidates = tuple(candidate_of(c.name, c.speculation, c.max_num_seqs, c.max_num_batched_tokens)
-                           for c in self.settings.plan_candidates) or fleet.default_candidates()
+                           for c in self.settings.plan.candidates) or fleet.default_candidates()
         candidates = tuple(replace(c, step_scale=scaled(c.name)) for c in candidates)
         routed = tuple(sorted((kind, next(iter(pools))) for kind, pools in self._base.shares.items())
                        ) if self._base is not None else ()

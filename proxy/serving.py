@@ -29,12 +29,12 @@ _OPTIONS: dict[str, Any] = {
 def uvicorn_options(settings: ProxySettings) -> dict[str, Any]:
     """uvicorn.Config settings for the proxy, from its own."""
     protocol = type("BoundedHeadProtocol", (BoundedHeadProtocol,),
-                    {"head_timeout": settings.client_header_timeout, "max_head_bytes": settings.max_head_bytes})
+                    {"head_timeout": settings.timeouts.client_header, "max_head_bytes": settings.max_head_bytes})
     # Whoever holds a kept-alive connection longer must be the one to close it: a
     # server that closes first can do so just as the client (or a load balancer,
     # which holds its backend connections 60 s) sends the next request on it, and
     # that request fails. uvicorn's own default is 5 s.
-    return {**_OPTIONS, "http": protocol, "timeout_keep_alive": settings.keep_alive_timeout}
+    return {**_OPTIONS, "http": protocol, "timeout_keep_alive": settings.timeouts.keep_alive}
 
 
 class SignalAwareServer(uvicorn.Server):

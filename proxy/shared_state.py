@@ -75,13 +75,14 @@ class SharedState:
     does while that store is away."""
 
     def __init__(self, settings: ProxySettings, metrics: ProxyMetrics, window: int = WINDOW) -> None:
-        assert settings.state is not None
-        password = settings.state_password.get_secret_value() if settings.state_password else None
-        self.timeout = settings.state_timeout
-        self.ttl_ms = int(settings.state_ttl_seconds * 1000)
+        store = settings.shared_state
+        assert store.address is not None
+        password = store.password.get_secret_value() if store.password else None
+        self.timeout = store.timeout
+        self.ttl_ms = int(store.ttl_seconds * 1000)
         self.window = window
         self.metrics = metrics
-        self.client = redis.Redis.from_url(settings.state, password=password, socket_timeout=self.timeout,
+        self.client = redis.Redis.from_url(store.address, password=password, socket_timeout=self.timeout,
                                            socket_connect_timeout=self.timeout, retry_on_timeout=False,
                                            health_check_interval=0)
         self._away_until = 0.0

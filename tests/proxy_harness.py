@@ -110,13 +110,14 @@ def proxy_settings(on_url: str, off_url: str, **overrides: Any):  # type: ignore
     settings: dict[str, Any] = {
         "pools": [spec_pool, {"name": "spec-off", "urls": [off_url],
                               "max_num_seqs": overrides.pop("off_max_num_seqs", 256)}],
-        "health_interval": 0.2, "scrape_interval": 0.3, "log_requests": False,
+        "health": {"interval": 0.2, "scrape_interval": 0.3}, "log_requests": False,
         # routes must be deterministic in tests; tests of exploration turn it on themselves
         "exploration_share": 0.0,
         # the emulated pools run with --default-chat-template-kwargs '{"enable_thinking": false}'
         "structure_priors": {"thinking_by_default": False},
     }
-    settings.update(overrides)
+    for key, value in overrides.items():  # a group given is merged into the one above
+        settings[key] = {**settings[key], **value} if isinstance(settings.get(key), dict) else value
     return load_settings(None, **settings)
 
 

@@ -7,7 +7,7 @@ pools, targets and candidates of a configuration file. It weighs every fleet
 of N GPUs made of up to ``--max-pools`` pools from the candidates, each kind of
 request going whole to one pool (``draftgate.policy.fleet`` says how each is
 worked out), and prints the best by the objective, the best of one
-configuration, and the running fleet, with the ``routing:`` that applies it.
+configuration, and the running fleet, with the ``plan.routing`` that applies it.
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
         running = [(candidate_of(p.name, p.speculation, p.max_num_seqs, p.max_num_batched_tokens), len(p.urls))
                    for p in settings.pools]
         candidates = tuple(candidate_of(c.name, c.speculation, c.max_num_seqs, c.max_num_batched_tokens)
-                           for c in settings.plan_candidates) or candidates
+                           for c in settings.plan.candidates) or candidates
         policy = settings.default_policy
         objective, tpot_ms, ttft_ms = policy.fleet_objective, policy.tpot_target_ms, policy.ttft_target_ms
     if args.candidates:
@@ -258,8 +258,8 @@ def _report(traffic: Any, plan: Any, gpus: int, targets: Any, objective: str, de
         lines.append(f"\nNo split beats one configuration for this traffic: run {plan.best.pools[0].candidate.name} "
                      "on every GPU.")
     else:
-        lines.append("\nTo apply it, run these pools and route the kinds so (draftgate.yaml):\n  routing:")
-        lines += [f"    {kind}: {pool}" for kind, pool in sorted(plan.best.assignment().items())]
+        lines.append("\nTo apply it, run these pools and route the kinds so (draftgate.yaml):\n  plan:\n    routing:")
+        lines += [f"      {kind}: {pool}" for kind, pool in sorted(plan.best.assignment().items())]
     if plan.gain is not None:
         lines.append(f"\nThe plan would serve {plan.gain:+.0%} against the running fleet.")
     return "\n".join(lines)

@@ -80,9 +80,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"draftgate: serving on {where}", flush=True)
     # On SIGTERM uvicorn stops accepting at once and lets requests in flight finish, up to
     # the grace; the proxy ends what still runs just before that (proxy/shutdown.py).
-    grace = settings.graceful_shutdown_seconds
+    grace = settings.timeouts.graceful_shutdown
     config = uvicorn.Config(app, host=settings.host, port=settings.port, timeout_graceful_shutdown=grace,
-                            ssl_certfile=settings.tls_certfile, ssl_keyfile=settings.tls_keyfile,
+                            ssl_certfile=settings.tls.certfile, ssl_keyfile=settings.tls.keyfile,
                             log_config=None,  # logs.configure formats uvicorn's lines
                             **uvicorn_options(settings))
     server = SignalAwareServer(config, on_signal=lambda: app.state.proxy.shutdown.begin(grace))

@@ -186,7 +186,7 @@ def _settings(unit: Unit, targets: Targets) -> Any:
     extra: dict[str, Any] = {}
     if unit.gated:
         extra["default_policy"] = {"tpot_target_ms": targets.tpot * 1000, "ttft_target_ms": targets.ttft * 1000}
-        extra["routing"] = dict(unit.routing)
+        extra["plan"] = {"routing": dict(unit.routing)}
     return proxy_settings(unit.fleet, MAX_NUM_SEQS, extra)
 
 

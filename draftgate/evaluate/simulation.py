@@ -10,7 +10,7 @@ bookkeeping (in-flight counts, what the last scrape read), its ``Planner``
 (estimate, learner, affinity, the gate's decision) and its replica choice
 (``Pool.pick_replica``). The planner learns a pool's load only as the proxy
 does: from its own in-flight counts and from a scrape every
-``scrape_interval``, never from the engines' internals. A homogeneous fleet is
+``health.scrape_interval``, never from the engines' internals. A homogeneous fleet is
 the same proxy with one pool: its balancer (least loaded, a conversation kept
 on the replica that holds its prefix) is the gate's.
 """
@@ -32,7 +32,7 @@ from draftgate.proxy.affinity import Conversation
 from draftgate.proxy.config import ProxySettings
 from draftgate.proxy.fleet_planning import FIRST_PLAN_SECONDS
 from draftgate.proxy.metrics import ProxyMetrics
-from draftgate.proxy.planner import RequestPlan, Planner, Reading
+from draftgate.proxy.planner import Planner, Reading, RequestPlan
 from draftgate.proxy.pools import Pool, PoolSet, Replica
 
 
@@ -205,9 +205,9 @@ class Simulation:
         self.window = Window(*window)
         traffic.start(self)
         self.at(0.0, self._scrape)
-        self.at(self.settings.assignment_interval, self._refresh)
-        if self.settings.plan_interval > 0:
-            self.at(min(FIRST_PLAN_SECONDS, self.settings.plan_interval), self._replan)
+        self.at(self.settings.plan.assignment_interval, self._refresh)
+        if self.settings.plan.interval > 0:
+            self.at(min(FIRST_PLAN_SECONDS, self.settings.plan.interval), self._replan)
         self.at(window[0], self._mark, "start")
         self.at(window[1], self._mark, "end")
         while self._queue and not traffic.done(self):
@@ -260,7 +260,7 @@ class Simulation:
         if pool is None:
             if job.waited_since is None:
                 job.waited_since = self.now
-                self.at(self.now + self.settings.queue_timeout, self._give_up, job)
+                self.at(self.now + self.settings.timeouts.queue, self._give_up, job)
             self._waiting.append(job)
             return
         match = plan.affinity
@@ -321,15 +321,15 @@ class Simulation:
         self._step(replica)
 
     def _refresh(self, _: Any = None) -> None:
-        """The proxy's assignment, spilled as the kinds' rates need it, every ``assignment_interval``."""
+        """The proxy's assignment, spilled as the kinds' rates need it, every ``plan.assignment_interval``."""
         self.planner.refresh()
-        self.at(self.now + self.settings.assignment_interval, self._refresh)
+        self.at(self.now + self.settings.plan.assignment_interval, self._refresh)
 
     def _replan(self, _: Any = None) -> None:
         """The proxy's fleet plan from its own traffic, every ``plan_interval``: the assignment it routes by
         (the fleet it would recommend is for the operator's eyes, and changes no route)."""
         self.planner.replan(recommend=False)
-        self.at(self.now + self.settings.plan_interval, self._replan)
+        self.at(self.now + self.settings.plan.interval, self._replan)
 
     def _scrape(self, _: Any = None) -> None:
         """What the proxy's monitor reads of every replica, all at once (a scrape takes no time here)."""
@@ -337,4 +337,4 @@ class Simulation:
             engine = replica.engine
             replica.proxy.took_scrape({"running": float(len(engine.running)), "waiting": float(len(engine.waiting)),
                                        "kv_usage": engine.kv_usage}, replica.proxy.finished_since_scrape, self.now)
-        self.at(self.now + self.settings.scrape_interval, self._scrape)
+        self.at(self.now + self.settings.health.scrape_interval, self._scrape)

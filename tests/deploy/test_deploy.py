@@ -105,7 +105,7 @@ def test_compose_references_files_images_and_ports_that_exist() -> None:
     config = yaml.safe_load((DEPLOY / "draftgate.yaml").read_text())
     assert {u for p in config["pools"] for u in p["urls"]} == {"http://vllm-spec:8000", "http://vllm-plain:8000"}
     # docker kills a container this long after SIGTERM: requests in flight must get their grace first
-    assert int(services["draftgate"]["stop_grace_period"].rstrip("s")) > config["graceful_shutdown_seconds"]
+    assert int(services["draftgate"]["stop_grace_period"].rstrip("s")) > config["timeouts"]["graceful_shutdown"]
 
 
 def test_the_emulated_stack_runs_as_compose_starts_it(tmp_path: Path) -> None:

@@ -103,8 +103,9 @@ def test_rendered_manifests_are_valid_kubernetes(values: dict[str, Any] | None, 
     assert proxy["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
     # a rollout: keep serving while the endpoints update, then the proxy's grace, all before SIGKILL
     drain = int(container["lifecycle"]["preStop"]["exec"]["command"][1])
-    assert drain > 0 and settings.graceful_shutdown_seconds >= 60
-    assert proxy["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > drain + settings.graceful_shutdown_seconds
+    assert drain > 0 and settings.timeouts.graceful_shutdown >= 60
+    grace = proxy["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace > drain + settings.timeouts.graceful_shutdown
 
 
 def test_a_private_ca_and_a_client_certificate_are_mounted_where_the_config_names_them() -> None:
@@ -122,15 +123,15 @@ def test_a_private_ca_and_a_client_certificate_are_mounted_where_the_config_name
     mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == volume["name"])
     (item,) = volume["secret"]["items"]
     assert item["key"] == "bundle.pem"
-    assert config["tls_ca_file"] == f"{mount['mountPath']}/{item['path']}"
+    assert config["tls"]["ca_file"] == f"{mount['mountPath']}/{item['path']}"
     client = next(v for v in pod["volumes"] if v.get("secret", {}).get("secretName") == "proxy-client")
     client_mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == client["name"])
     paths = {i["key"]: f"{client_mount['mountPath']}/{i['path']}" for i in client["secret"]["items"]}
     # a kubernetes.io/tls Secret's keys, as cert-manager writes them
-    assert (config["tls_client_certfile"], config["tls_client_keyfile"]) == (paths["tls.crt"], paths["tls.key"])
+    assert (config["tls"]["client_certfile"], config["tls"]["client_keyfile"]) == (paths["tls.crt"], paths["tls.key"])
     default = yaml.safe_load(next(
         d for d in render() if d["kind"] == "ConfigMap" and "draftgate.yaml" in d["data"])["data"]["draftgate.yaml"])
-    assert not {"tls_ca_file", "tls_client_certfile", "tls_client_keyfile"} & set(default)
+    assert "tls" not in default
 
 
 def test_with_a_server_certificate_the_proxy_probes_and_scrapes_speak_https(tmp_path: Path) -> None:
@@ -159,12 +160,13 @@ def test_with_a_server_certificate_the_proxy_probes_and_scrapes_speak_https(tmp_
     volume = next(v for v in pod["volumes"] if v.get("secret", {}).get("secretName") == "dg-tls")
     mount = next(m for m in container["volumeMounts"] if m["name"] == volume["name"])["mountPath"]
     files = {i["key"]: i["path"] for i in volume["secret"]["items"]}
-    assert (config["tls_certfile"], config["tls_keyfile"]) == (f"{mount}/{files['tls.crt']}", f"{mount}/{files['tls.key']}")
+    assert (config["tls"]["certfile"], config["tls"]["keyfile"]) == (f"{mount}/{files['tls.crt']}",
+                                                                    f"{mount}/{files['tls.key']}")
     shutil.copy(ROOT / "tests" / "data" / "tls" / "server.pem", tmp_path / files["tls.crt"])
     shutil.copy(ROOT / "tests" / "data" / "tls" / "server-key.pem", tmp_path / files["tls.key"])
     (tmp_path / "draftgate.yaml").write_text(yaml.safe_dump(
-        {**config, "tls_certfile": str(tmp_path / files["tls.crt"]), "tls_keyfile": str(tmp_path / files["tls.key"])}))
-    assert load_settings(tmp_path / "draftgate.yaml").tls_certfile == tmp_path / files["tls.crt"]
+        {**config, "tls": {"certfile": str(tmp_path / files["tls.crt"]), "keyfile": str(tmp_path / files["tls.key"])}}))
+    assert load_settings(tmp_path / "draftgate.yaml").tls.certfile == tmp_path / files["tls.crt"]
     # without one, plain http as before
     default_pod = next(d for d in render() if d["kind"] == "Deployment" and d["metadata"]["name"] == "dg-draftgate")
     assert default_pod["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["scheme"] == "HTTP"
@@ -198,11 +200,15 @@ def test_monitoring_objects_carry_the_tested_rules_and_dashboard() -> None:
 
 
 def test_any_other_proxy_setting_passes_through_config_extra(tmp_path: Path) -> None:
-    docs = render(values={"config": {"extra": {"kv_cache_full": 0.9, "queue_timeout": 5}}})
+    docs = render(values={"config": {"extra": {"kv_cache_full": 0.9, "timeouts": {"queue": 5},
+                                               "shared_state": {"timeout": 0.2}}}})
     config = next(d for d in docs if d["kind"] == "ConfigMap" and "draftgate.yaml" in d["data"])
     (tmp_path / "draftgate.yaml").write_text(config["data"]["draftgate.yaml"])
     settings = load_settings(tmp_path / "draftgate.yaml")
-    assert (settings.kv_cache_full, settings.queue_timeout) == (0.9, 5.0)
+    assert (settings.kv_cache_full, settings.timeouts.queue) == (0.9, 5.0)
+    # merged with what the chart writes into the same groups
+    assert settings.timeouts.graceful_shutdown == 120
+    assert (settings.shared_state.address, settings.shared_state.timeout) == (None, 0.2)
     assert {p.name for p in settings.pools} == {"spec-on", "spec-off"}
 
 
@@ -210,6 +216,8 @@ def test_any_other_proxy_setting_passes_through_config_extra(tmp_path: Path) -> 
     ("replicaCount=0", "replicaCount"),
     ("config.extra.pools=none", "/config/extra/pools"),  # the chart writes the pools itself
     ("config.extra.tls_certfile=/x.pem", "/config/extra/tls_certfile"),  # tls.serverSecret mounts and sets it
+    ("config.extra.tls.certfile=/x.pem", "/config/extra/tls"),
+    ("config.extra.timeouts.graceful_shutdown=5", "/config/extra/timeouts/graceful_shutdown"),
     ("vllm.pools[0].name=Bad_Name", "name"),
     ("config.defaultPolicy.mode=sometimes", "mode"),
     ("surprise=1", "surprise"),
@@ -270,18 +278,18 @@ def test_the_shared_store_reaches_the_proxy_from_values(redis: dict[str, Any], t
             kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
     config = next(d for d in docs if d["kind"] == "ConfigMap" and "draftgate.yaml" in d["data"])
     (tmp_path / "draftgate.yaml").write_text(config["data"]["draftgate.yaml"])
-    state = load_settings(tmp_path / "draftgate.yaml").state
+    state = load_settings(tmp_path / "draftgate.yaml").shared_state.address
     proxy = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "dg-draftgate")
     env = {e["name"]: e for e in proxy["spec"]["template"]["spec"]["containers"][0]["env"]}
     if "url" in redis:
         assert state == redis["url"] and "dg-draftgate-redis" not in {d["metadata"]["name"] for d in docs}
-        assert env["DRAFTGATE_STATE_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "cache-auth",
-                                                                                "key": "password"}
+        assert env["DRAFTGATE_SHARED_STATE__PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "cache-auth",
+                                                                                        "key": "password"}
     else:
         service = next(d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "dg-draftgate-redis")
         assert state == f"redis://{service['metadata']['name']}.inference.svc.cluster.local:6379/0"
-        assert "DRAFTGATE_STATE_PASSWORD" not in env
-    assert "state" not in yaml.safe_load(next(
+        assert "DRAFTGATE_SHARED_STATE__PASSWORD" not in env
+    assert "shared_state" not in yaml.safe_load(next(
         d for d in render() if d["kind"] == "ConfigMap" and "draftgate.yaml" in d["data"])["data"]["draftgate.yaml"])
 
 

@@ -72,8 +72,8 @@ def test_every_alert_fires_on_its_symptom_and_only_there() -> None:
 
 @needs_prometheus
 def test_every_expression_evaluates_against_real_prometheus(tmp_path: Path) -> None:
-    with stack(31, exploration_share=0.3, price_per_gpu_hour=3.0, scrape_interval=0.5, plan_interval=3.0,
-               assignment_interval=1.0) as st:
+    with stack(31, exploration_share=0.3, price_per_gpu_hour=3.0, health={"scrape_interval": 0.5},
+               plan={"interval": 3.0, "assignment_interval": 1.0}) as st:
         port = free_port()
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},

@@ -225,16 +225,17 @@ def test_the_simulated_gate_routes_as_the_proxy_does_over_http(tmp_path: Path) -
     schedule = Schedule(5.0, 30.0, 5.0)
     items = list(itertools.islice(mix.stream("verdict", seed), 500))
     per_item = mix.requests_per_item("verdict")
-    extra = {"exploration_share": 0.0, "plan_interval": 0.0, "routing": {"tool_auto": "eagle3-k3", "prose": "plain"}}
+    extra = {"exploration_share": 0.0,
+             "plan": {"interval": 0.0, "routing": {"tool_auto": "eagle3-k3", "prose": "plain"}}}
     bank = Bank(EngineProfile.random(seed), seed)
-    sim = Simulation(fleet, bank, proxy_settings(fleet, 1024, {**extra, "scrape_interval": 2.0}), Calibration(),
-                     seed, 1024)
+    sim = Simulation(fleet, bank, proxy_settings(fleet, 1024, {**extra, "health": {"scrape_interval": 2.0}}),
+                     Calibration(), seed, 1024)
     simulated = sim.run(OpenLoop(iter(items), bank, rate, per_item, schedule, seed), schedule.measured, 1e9).served
     common = ["emulate", "--enable-force-include-usage", "--time-scale", str(scale), "--profile-seed", str(seed),
               "--seed", str(seed)]
     with ServerProcess([*common, "--speculative-config", fleet.pools[0].speculative_config_json() or ""]) as eagle, \
             ServerProcess(common) as plain:
-        settings = proxy_settings(fleet, 1024, {**extra, "scrape_interval": 2.0 * scale})
+        settings = proxy_settings(fleet, 1024, {**extra, "health": {"scrape_interval": 2.0 * scale}})
         config = settings.model_dump(mode="json", exclude_unset=True)
         config["pools"] = [dict(p, urls=[u]) for p, u in zip(config["pools"], [eagle.url, plain.url])]
         (tmp_path / "draftgate.yaml").write_text(yaml.safe_dump(config))

@@ -56,8 +56,8 @@ def test_the_fleet_and_its_proxy_run_on_one_clock_and_repeat_exactly() -> None:
     def run() -> list[tuple[str, str, float, float]]:
         bank = Bank(EngineProfile.random(5), 5)
         fleet = Fleet((PoolSpec("eagle3", 1, "eagle3", 3), PoolSpec("plain", 1)))
-        sim = Simulation(fleet, bank, proxy_settings(fleet, 1024, {"routing": {"prose": "plain"}}), Calibration(),
-                         5, 1024)
+        settings = proxy_settings(fleet, 1024, {"plan": {"routing": {"prose": "plain"}}})
+        sim = Simulation(fleet, bank, settings, Calibration(), 5, 1024)
         schedule = Schedule(5.0, 30.0, 5.0)
         done = sim.run(OpenLoop(mix.stream("verdict", 5), bank, 2.0, mix.requests_per_item("verdict"), schedule, 5),
                        schedule.measured, 1e9)
@@ -71,7 +71,8 @@ def test_the_fleet_and_its_proxy_run_on_one_clock_and_repeat_exactly() -> None:
 def test_the_proxy_in_the_simulation_knows_a_pools_load_only_from_its_scrapes_and_its_own_counts() -> None:
     bank = Bank(EngineProfile.random(6), 6)
     fleet = Fleet((PoolSpec("plain", 2),))
-    sim = Simulation(fleet, bank, proxy_settings(fleet, 1024, {"scrape_interval": 7.0}), Calibration(), 6, 1024)
+    settings = proxy_settings(fleet, 1024, {"health": {"scrape_interval": 7.0}})
+    sim = Simulation(fleet, bank, settings, Calibration(), 6, 1024)
     seen: list[tuple[float, float, float]] = []
     original = sim.planner.plan
 

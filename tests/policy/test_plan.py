@@ -184,7 +184,7 @@ def test_a_kind_is_routed_by_its_assignment_through_the_proxy_and_explain_says_s
     prose = {"model": MODEL, "messages": [{"role": "user", "content": "Tell a story"}], "max_tokens": 30,
              "temperature": 0}
     # the gate alone would send the forced call to speculation; the assignment sends it to the plain pool
-    with stack(43, routing={"tool": "spec-off", "prose": "spec-on"}) as st:
+    with stack(43, plan={"routing": {"tool": "spec-off", "prose": "spec-on"}}) as st:
         for body, pool in ((tool, "spec-off"), (prose, "spec-on")):
             answer = httpx.post(f"{st.proxy.url}/v1/chat/completions", json=body, timeout=60)
             assert answer.status_code == 200 and answer.headers["x-draftgate-route"] == pool
@@ -220,7 +220,7 @@ def test_three_pools_in_explain_each_priced_for_its_method() -> None:
 
 
 def test_the_proxy_plans_the_fleet_from_its_own_traffic_and_exports_it() -> None:
-    with stack(45, plan_interval=1.0, assignment_interval=0.5) as st:
+    with stack(45, plan={"interval": 1.0, "assignment_interval": 0.5}) as st:
         with httpx.Client(timeout=60) as client:
             for i in range(12):
                 body = ({"model": MODEL, "messages": [{"role": "user", "content": f"Weather in {i}?"}],

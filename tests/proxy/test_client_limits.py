@@ -25,7 +25,7 @@ CHAT = json.dumps({"model": "Qwen/Qwen3-32B", "messages": [{"role": "user", "con
 
 @pytest.fixture(scope="module")
 def proxy() -> Iterator[Stack]:
-    with stack(client_header_timeout=HEAD_TIMEOUT, client_body_timeout=BODY_TIMEOUT, max_head_bytes=MAX_HEAD) as s:
+    with stack(timeouts={"client_header": HEAD_TIMEOUT, "client_body": BODY_TIMEOUT}, max_head_bytes=MAX_HEAD) as s:
         yield s
 
 

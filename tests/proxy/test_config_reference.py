@@ -27,11 +27,17 @@ def test_every_key_is_explained_and_every_nested_model_has_its_section() -> None
 
 
 def test_keys_read_at_startup_are_keys_and_marked_so() -> None:
+    """A key read at startup is a setting (``group.key`` in a group) and is marked so in its
+    section; a whole group read at startup is marked on the top level."""
     text = render()
+    sections = {heading: section for heading, section in
+                (part.split("\n", 1) for part in text.split("\n## ")[1:])}
     for key in READ_AT_STARTUP:
-        assert key in ProxySettings.model_fields
-        row = next(line for line in text.splitlines() if line.startswith(f"| `{key}` |"))
-        assert row.endswith("(read at startup) |")
+        group, _, name = key.rpartition(".")
+        model = ProxySettings.model_fields[group].annotation if group else ProxySettings
+        assert name in model.model_fields, key
+        row = next(line for line in sections[group or "top level"].splitlines() if line.startswith(f"| `{name}` |"))
+        assert row.endswith("(read at startup) |"), key
     assert "(read at startup)" not in next(line for line in text.splitlines() if line.startswith("| `margin` |"))
 
 

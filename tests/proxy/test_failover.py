@@ -30,7 +30,7 @@ USER = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 def test_failover_when_a_pool_is_down() -> None:
     # health checks slow enough that requests, not the checker, find the dead pool first
-    with stack(4, health_interval=30.0) as st:
+    with stack(4, health={"interval": 30.0}) as st:
         # the first check runs at start-up: let it pass first, or it may be what finds the pool dead
         pools = st.proxy.server.config.app.state.proxy.upstreams.pools
         assert wait_until(lambda: all(r.checked_at > 0 for pool in pools for r in pool.replicas.values()))
@@ -66,7 +66,7 @@ def test_a_replica_failing_every_answer_leaves_rotation_though_its_health_checks
     """Its /health says 200, so only its answers tell. Without ejection every request
     sent its way fails over, spending the retry budget that real failovers need."""
     tool_call = {"model": MODEL, "messages": USER, "tools": [WEATHER], "tool_choice": "required", "temperature": 0}
-    with stack(39, eject_after_failed_answers=3, ejection_seconds=1.0) as st:
+    with stack(39, health={"eject_after_failed_answers": 3, "ejection_seconds": 1.0}) as st:
         assert httpx.post(f"{st.proxy.url}/v1/chat/completions", json=tool_call).headers[
             "x-draftgate-route"] == "spec-on"
         httpx.post(f"{st.on.url}/debug/faults", json={"error_status": 503})
@@ -90,8 +90,8 @@ def test_a_replica_failing_half_its_answers_leaves_rotation_though_it_never_fail
     """Failing every other answer, it would never eject by the in-a-row rule (off here),
     yet every second request sent its way costs a failover."""
     tool_call = {"model": MODEL, "messages": USER, "tools": [WEATHER], "tool_choice": "required", "temperature": 0}
-    with stack(40, eject_after_failed_answers=0, eject_failure_share=0.5, ejection_window=6,
-               ejection_seconds=60.0) as st:
+    with stack(40, health={"eject_after_failed_answers": 0, "eject_failure_share": 0.5, "ejection_window": 6,
+                           "ejection_seconds": 60.0}) as st:
         httpx.post(f"{st.on.url}/debug/faults", json={"error_status": 503, "error_rate": 0.5})
         answers = []
         while st.metric("draftgate_replica_ejections_total", pool="spec-on") == 0 and len(answers) < 40:
@@ -195,7 +195,7 @@ def test_a_pool_whose_kv_cache_is_full_takes_no_marginal_traffic() -> None:
 
 def test_sheds_with_503_when_every_pool_is_full() -> None:
     slow = {"max_num_seqs": 1, "time_scale": 0.2}
-    with stack(7, spec_max_num_seqs=1, off_max_num_seqs=1, queue_depth_per_replica=0, queue_timeout=0.1,
+    with stack(7, spec_max_num_seqs=1, off_max_num_seqs=1, queue_depth_per_replica=0, timeouts={"queue": 0.1},
                on_kwargs=slow, off_kwargs=slow) as st:
         async def run() -> list[httpx.Response]:
             async with httpx.AsyncClient(timeout=60) as h:
@@ -285,7 +285,7 @@ def test_a_long_non_streamed_answer_is_waited_for_as_a_direct_client_waits() -> 
     story = {"model": MODEL, "messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 60,
              "temperature": 0.7}
     slow = {"time_scale": 1.0}  # 60 tokens take about a second, twice first_byte_timeout
-    with stack(41, first_byte_timeout=0.5, on_kwargs=slow, off_kwargs=slow) as st:
+    with stack(41, timeouts={"first_byte": 0.5}, on_kwargs=slow, off_kwargs=slow) as st:
         started = time.monotonic()
         whole = httpx.post(f"{st.proxy.url}/v1/chat/completions", json=story, timeout=60)
         assert whole.status_code == 200 and time.monotonic() - started > 0.5, whole.text
@@ -301,6 +301,6 @@ def test_a_long_non_streamed_answer_is_waited_for_as_a_direct_client_waits() -> 
         moved = httpx.post(f"{st.proxy.url}/v1/chat/completions", json={**story, "stream": True}, timeout=60)
         assert moved.status_code == 200 and moved.headers["x-draftgate-route"] != chosen
         assert st.metric("draftgate_failovers_total", reason="timed out before the first byte") == 1
-    with stack(42, first_byte_timeout=0.5, answer_timeout=0.5, on_kwargs=slow, off_kwargs=slow) as st:
+    with stack(42, timeouts={"first_byte": 0.5, "answer": 0.5}, on_kwargs=slow, off_kwargs=slow) as st:
         cut = httpx.post(f"{st.proxy.url}/v1/chat/completions", json=story, timeout=60)
         assert cut.status_code == 504  # answer_timeout is the bound on a whole answer

@@ -110,7 +110,7 @@ def test_routing_regret_is_estimated_from_what_exploration_measures() -> None:
 
 def test_counter_attribution_when_responses_carry_no_metrics() -> None:
     # always_on: prose goes to the speculation pool too, so windows mix classes
-    with stack(3, exploration_share=0.0, scrape_interval=0.25, on_kwargs={"per_request_metrics": "none"},
+    with stack(3, exploration_share=0.0, health={"scrape_interval": 0.25}, on_kwargs={"per_request_metrics": "none"},
                pools_per_request_metrics=False, models={MODEL: {"mode": "always_on"}}) as st:
         # windows with different S:F mixes, so per-class acceptance is identifiable
         for window in range(8):

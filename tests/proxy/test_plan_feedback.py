@@ -84,7 +84,7 @@ def test_the_live_plan_closes_a_deliberate_error_in_its_step_times() -> None:
     """The pools run three times slower than the calibration says (the emulators' time scale): the first
     plan predicts a third of the time per token the answers take; the corrections close the gap."""
     slow = {"time_scale": 3.0}
-    with stack(47, on_kwargs=slow, off_kwargs=slow, plan_interval=2.5, assignment_interval=1.0) as st:
+    with stack(47, on_kwargs=slow, off_kwargs=slow, plan={"interval": 2.5, "assignment_interval": 1.0}) as st:
         errors: list[float] = []
 
         async def drive() -> None:
@@ -121,7 +121,7 @@ def test_explain_gives_the_draft_law_for_the_requests_kind_where_the_live_plan_r
             "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {
                 "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}],
             "temperature": 0}
-    with stack(48, plan_interval=1.0, assignment_interval=0.5) as st:
+    with stack(48, plan={"interval": 1.0, "assignment_interval": 0.5}) as st:
         assert httpx.post(f"{st.proxy.url}/draftgate/explain", json=tool).json()["plan_law"] is None  # no plan yet
 
         def planned() -> dict[str, object] | None:

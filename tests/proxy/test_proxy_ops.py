@@ -117,12 +117,38 @@ def test_environment_overrides_the_file(tmp_path: Path, monkeypatch: pytest.Monk
         load_settings(cfg)
 
 
+def test_settings_come_in_groups_and_the_flat_keys_of_before_still_load_with_a_warning(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Grouped keys, in the file and the environment; the flat keys they replace (file and
+    environment) are moved into their groups with a warning naming where they go, and a key
+    written in its group wins over its flat form."""
+    pools = [{"name": "p", "urls": ["http://127.0.0.1:1"]}]
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"pools": pools, "timeouts": {"queue": 3.0}, "health": {"interval": 0.5},
+                                   "plan": {"routing": {"prose": "p"}}}))
+    monkeypatch.setenv("DRAFTGATE_HEALTH__SCRAPE_INTERVAL", "4")
+    grouped = load_settings(cfg)
+    assert (grouped.timeouts.queue, grouped.health.interval, grouped.health.scrape_interval) == (3.0, 0.5, 4.0)
+    assert grouped.plan.routing == {"prose": "p"} and not caplog.records
+    cfg.write_text(yaml.safe_dump({"pools": pools, "queue_timeout": 3.0, "routing": {"prose": "p"},
+                                   "timeouts": {"connect": 1.0}, "health_interval": 9.0, "health": {"interval": 0.5}}))
+    monkeypatch.setenv("DRAFTGATE_STATE", "redis://store:6379/0")
+    flat = load_settings(cfg)
+    assert (flat.timeouts.queue, flat.timeouts.connect, flat.plan.routing) == (3.0, 1.0, {"prose": "p"})
+    assert flat.health.interval == 0.5 and flat.shared_state.address == "redis://store:6379/0"
+    warned = {r.getMessage() for r in caplog.records if r.name == "draftgate.config"}
+    assert "configuration key queue_timeout is deprecated and will be removed: write timeouts.queue" in warned
+    assert any("state is deprecated" in w and "shared_state.address" in w for w in warned)
+    with pytest.raises(ConfigError, match="timeouts.queue"):
+        load_settings(None, pools=pools, queue_timeout=-1)
+
+
 def test_serve_process_quick_start_and_sighup_reload(tmp_path: Path) -> None:
     with emulator(21, True) as on, emulator(21, False) as off:
         cfg = tmp_path / "draftgate.yaml"
         config = {"pools": [{"name": "spec-on", "urls": [on.url], "speculation": {"gamma": 8}},
                             {"name": "spec-off", "urls": [off.url]}],
-                  "models": {MODEL: {"mode": "always_off"}}, "client_header_timeout": 0.5, "keep_alive_timeout": 0.5}
+                  "models": {MODEL: {"mode": "always_off"}}, "timeouts": {"client_header": 0.5, "keep_alive": 0.5}}
         cfg.write_text(yaml.safe_dump(config))
         body = {"model": MODEL, "messages": USER, "tool_choice": "required", "temperature": 0,
                 "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]}
@@ -224,7 +250,7 @@ def test_sigterm_lets_requests_in_flight_finish_within_the_grace(tmp_path: Path)
             cfg = tmp_path / f"grace-{grace}.yaml"
             cfg.write_text(yaml.safe_dump({"pools": [{"name": "spec-on", "urls": [on.url], "speculation": {"gamma": 8}},
                                                      {"name": "spec-off", "urls": [off.url]}],
-                                           "graceful_shutdown_seconds": grace}))
+                                           "timeouts": {"graceful_shutdown": grace}}))
             with ServerProcess(["serve", "--config", str(cfg)]) as proxy:
                 lines: list[str] = []
                 answers: list[httpx.Response] = []
@@ -385,7 +411,7 @@ def test_answers_the_proxy_makes_itself_carry_cors_headers_as_vllms_do() -> None
         plain = httpx.get(f"{st.proxy.url}/v1/models", headers=key)
         assert not [k for k in plain.headers if k.startswith("access-control-")]
 
-    with stack(38, allowed_origins=["https://agent.example"], allow_credentials=True) as st:
+    with stack(38, cors={"allowed_origins": ["https://agent.example"], "allow_credentials": True}) as st:
         listed = httpx.get(f"{st.proxy.url}/v1/models", headers=origin)
         assert allow_origin(listed) == ["https://agent.example"]  # named: "*" is refused with credentials
         assert listed.headers["access-control-allow-credentials"] == "true" and "Origin" in listed.headers["vary"]
@@ -447,7 +473,7 @@ def test_dns_names_resolve_to_replicas() -> None:
         settings = load_settings(None, pools=[
             {"name": "spec-on", "urls": [f"http://localhost:{port}"], "speculation": {"gamma": 8},
              "dns_refresh_seconds": 0.2},
-            {"name": "spec-off", "urls": [off.url]}], health_interval=0.2, log_requests=False)
+            {"name": "spec-off", "urls": [off.url]}], health={"interval": 0.2}, log_requests=False)
         app = create_app(settings)
         with proxy_server(app) as proxy:
             pool = app.state.proxy.upstreams.pool("spec-on")
@@ -483,7 +509,7 @@ def test_what_is_kept_per_replica_goes_with_the_replica(tmp_path: Path) -> None:
             cfg.write_text(yaml.safe_dump({
                 "pools": [{"name": "spec-on", "urls": [spec_url], "speculation": {"gamma": 8},
                            "per_request_metrics": False}, {"name": "spec-off", "urls": [off.url]}],
-                "default_policy": {"mode": "always_on"}, "scrape_interval": 0.2, "log_requests": False}))
+                "default_policy": {"mode": "always_on"}, "health": {"scrape_interval": 0.2}, "log_requests": False}))
 
         write(old.url)
         app = create_app(load_settings(cfg), reload_settings=lambda: load_settings(cfg))
@@ -552,7 +578,7 @@ SCHEMA_CALL = {"model": MODEL, "messages": USER, "temperature": 0, "max_tokens":
 def test_health_checks_act_on_a_503_at_once_and_on_silence_only_when_repeated() -> None:
     """A slow /health is ambiguous (busy or dead), so only repeated silence takes a
     replica out; a 503 is the replica's own word, and takes it out on the first check."""
-    with stack(26, health_interval=0.05, health_timeout=0.1, health_timeouts_to_fail=1000) as st:
+    with stack(26, health={"interval": 0.05, "timeout": 0.1, "timeouts_to_fail": 1000}) as st:
         replica = next(iter(st.proxy.server.config.app.state.proxy.upstreams.pool("spec-on").replicas.values()))
         httpx.post(f"{st.on.url}/debug/faults", json={"health_delay": 0.5})
         assert wait_until(lambda: replica.timeouts >= 3, seconds=10), replica.timeouts
@@ -564,7 +590,7 @@ def test_health_checks_act_on_a_503_at_once_and_on_silence_only_when_repeated() 
         httpx.post(f"{st.on.url}/debug/faults", json={"health_503": False})
         assert wait_until(lambda: replica.healthy, seconds=10)
         assert replica.timeouts == 0
-    with stack(27, health_interval=0.05, health_timeout=0.1, health_timeouts_to_fail=2) as st:
+    with stack(27, health={"interval": 0.05, "timeout": 0.1, "timeouts_to_fail": 2}) as st:
         replica = next(iter(st.proxy.server.config.app.state.proxy.upstreams.pool("spec-on").replicas.values()))
         httpx.post(f"{st.on.url}/debug/faults", json={"health_delay": 0.5})
         assert wait_until(lambda: not replica.healthy, seconds=10)

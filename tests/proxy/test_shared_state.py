@@ -81,21 +81,31 @@ class Fleet:
         return metric_value(httpx.get(f"{self.proxies[proxy].url}/metrics").text, name, **labels)
 
 
+def _merged(base: dict[str, dict[str, Any]], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``overrides`` over ``base``, a group given merged into the group there."""
+    merged: dict[str, Any] = dict(base)
+    for key, value in overrides.items():
+        merged[key] = {**base[key], **value} if key in base and isinstance(value, dict) else value
+    return merged
+
+
 @contextlib.contextmanager
 def fleet(**overrides: Any) -> Iterator[Fleet]:
     store = RedisServer()
     store.start()
     try:
+        # a busy test machine must not pass for a store that is away: a second to answer
+        base = {"health": {"interval": 0.2, "scrape_interval": 0.3},
+                "shared_state": {"address": store.url, "timeout": 1.0}}
         with emulator(3, True) as on, emulator(3, False) as a, emulator(3, False) as b, contextlib.ExitStack() as stack:
             proxies = []
             for i in range(3):
                 plain = [a.url, b.url] if i == 0 else [b.url, a.url]  # each lists the replicas in its own order
                 settings = load_settings(None, pools=[{"name": "spec-on", "urls": [on.url], "speculation": {"gamma": 8}},
                                                       {"name": "spec-off", "urls": plain}],
-                                         health_interval=0.2, scrape_interval=0.3, log_requests=False,
+                                         log_requests=False,
                                          exploration_share=0.0, structure_priors={"thinking_by_default": False},
-                                         # a busy test machine must not pass for a store that is away
-                                         state=store.url, **{"state_timeout": 1.0, **overrides})
+                                         **_merged(base, overrides))
                 proxies.append(stack.enter_context(proxy_server(create_app(settings))))
             yield Fleet(proxies, on, [a, b], store)
     finally:
@@ -139,7 +149,7 @@ def test_a_shape_learned_through_one_proxy_is_known_to_the_others() -> None:
 
 
 def test_a_replica_one_proxy_ejects_is_avoided_by_all() -> None:
-    with fleet(eject_after_failed_answers=1, ejection_seconds=30) as f:
+    with fleet(health={"eject_after_failed_answers": 1, "ejection_seconds": 30}) as f:
         httpx.post(f"{f.plain[0].url}/debug/faults", json={"error_status": 503})
         prose = {"model": MODEL, "messages": [{"role": "user", "content": "a story"}], "max_tokens": 10}
         assert httpx.post(f"{f.proxies[0].url}/v1/chat/completions", json=prose, timeout=60).status_code == 200
@@ -149,7 +159,7 @@ def test_a_replica_one_proxy_ejects_is_avoided_by_all() -> None:
 
 
 def test_redis_stopped_under_load_loses_no_request_and_is_caught_up_with() -> None:
-    with fleet(state_timeout=0.05) as f:
+    with fleet(shared_state={"timeout": 0.05}) as f:
         def one(i: int) -> int:
             body = {"model": MODEL, "messages": [{"role": "user", "content": f"item {i}"}], "max_tokens": 8,
                     "tools": [WEATHER], "tool_choice": "auto", "stream": i % 2 == 0}
@@ -175,7 +185,7 @@ def test_redis_stopped_under_load_loses_no_request_and_is_caught_up_with() -> No
 
 def test_a_slow_store_holds_no_request() -> None:
     """Redis busy for a second (DEBUG SLEEP): requests meanwhile plan from the proxy's own state."""
-    with fleet(state_timeout=0.05) as f:
+    with fleet(shared_state={"timeout": 0.05}) as f:
         body = {"model": MODEL, "messages": [{"role": "user", "content": "a story"}], "max_tokens": 8}
         assert httpx.post(f"{f.proxies[0].url}/v1/chat/completions", json=body, timeout=60).status_code == 200
         with ThreadPoolExecutor(1) as sleeper:
@@ -196,8 +206,8 @@ def test_the_store_updates_a_shape_by_the_learners_own_rule() -> None:
     store.start()
     try:
         async def through_redis() -> ShapeStats:
-            settings = load_settings(None, pools=[{"name": "p", "urls": ["http://127.0.0.1:1"]}], state=store.url,
-                                     state_timeout=2.0)
+            settings = load_settings(None, pools=[{"name": "p", "urls": ["http://127.0.0.1:1"]}],
+                                     shared_state={"address": store.url, "timeout": 2.0})
             shared = SharedState(settings, ProxyMetrics())
             for observed in observations:  # one at a time: the means after 50 depend on the order
                 shared.push("shape-a", observed, Conversation((), None), ("p", "r", 1.0))
@@ -228,7 +238,7 @@ def test_the_store_updates_a_shape_by_the_learners_own_rule() -> None:
                                      "redis://cache:6379/zero"])
 def test_a_malformed_store_address_stops_startup(address: str) -> None:
     with pytest.raises(ConfigError, match="state"):
-        load_settings(None, pools=[{"name": "p", "urls": ["http://127.0.0.1:1"]}], state=address)
+        load_settings(None, pools=[{"name": "p", "urls": ["http://127.0.0.1:1"]}], shared_state={"address": address})
 
 
 def test_what_else_writes_in_the_store_breaks_no_request() -> None:

@@ -49,7 +49,7 @@ def replicated(gate_responses: bool = False, **overrides: object) -> Iterator[Re
             emulator(7, False, responses_store=True, time_scale=0.2) as b:
         settings = load_settings(None, pools=[{"name": "spec-on", "urls": [on.url], "speculation": {"gamma": 8}},
                                               {"name": "spec-off", "urls": [a.url, b.url]}],
-                                 health_interval=0.2, scrape_interval=0.3, log_requests=False,
+                                 health={"interval": 0.2, "scrape_interval": 0.3}, log_requests=False,
                                  exploration_share=0.0,  # prose goes to the plain pool, every time
                                  # the emulators think only when asked, and the proxy knows it
                                  structure_priors={"thinking_by_default": False},
@@ -159,7 +159,7 @@ def test_a_streamed_retrieval_is_relayed_and_timed_as_a_stream() -> None:
     """``GET /v1/responses/{id}?stream=true`` replays a response event by event, as
     long as it runs: each event is due within first_byte_timeout, not within the
     hour an answer sent whole may take, so a stalled holder is reported in time."""
-    with replicated(first_byte_timeout=0.5, answer_timeout=60) as stack:
+    with replicated(timeouts={"first_byte": 0.5, "answer": 60}) as stack:
         made = stack.post("/v1/responses", input="run on", background=True, max_output_tokens=30).json()
         url = f"{stack.proxy.url}/v1/responses/{made['id']}"
         replay = httpx.get(url, params={"stream": "true", "starting_after": "1"}, timeout=30)
@@ -179,7 +179,7 @@ def test_a_streamed_retrieval_is_relayed_and_timed_as_a_stream() -> None:
 def test_a_running_background_response_streams_as_it_runs() -> None:
     """As vLLM does: what it has made so far, then each event as it comes. The first text
     arrives while the response still runs, and the deltas rebuild the text it ends with."""
-    with replicated(first_byte_timeout=0.5) as stack:
+    with replicated(timeouts={"first_byte": 0.5}) as stack:
         made = stack.post("/v1/responses", input="tell me a long story", background=True,
                           max_output_tokens=400, temperature=0).json()
         url = f"{stack.proxy.url}/v1/responses/{made['id']}"

@@ -45,31 +45,31 @@ def test_a_pool_served_over_https_by_a_private_ca() -> None:
     with emulator(28, True) as on, plain:
         https_url = f"https://127.0.0.1:{plain.port}"
         for ca, expected in ((str(TLS / "ca.pem"), "spec-off"), (None, "spec-on")):
-            app = create_app(proxy_settings(on.url, https_url, tls_ca_file=ca))
+            app = create_app(proxy_settings(on.url, https_url, tls={"ca_file": ca}))
             with proxy_server(app) as proxy:
                 pool = app.state.proxy.upstreams.pool("spec-off")
                 assert wait_until(lambda: pool.replicas[https_url].checked_at > 0), "never health-checked"
                 assert pool.replicas[https_url].healthy is (ca is not None)
                 r = httpx.post(f"{proxy.url}/v1/chat/completions", json=body, timeout=30)
                 assert r.status_code == 200 and r.headers["x-draftgate-route"] == expected
-    with pytest.raises(ConfigError, match="tls_ca_file"):
-        load_settings(None, pools=[{"name": "p", "urls": [https_url]}], tls_ca_file=str(TLS / "README.md"))
+    with pytest.raises(ConfigError, match="tls.ca_file"):
+        load_settings(None, pools=[{"name": "p", "urls": [https_url]}], tls={"ca_file": str(TLS / "README.md")})
 
 
 def test_a_pool_that_requires_a_client_certificate() -> None:
     """Mutual TLS, as vLLM runs it with --ssl-ca-certs and --ssl-cert-reqs 2: the
-    proxy shows tls_client_certfile, on the hot path and to the health checks;
+    proxy shows tls.client_certfile, on the hot path and to the health checks;
     without one the pool refuses it and the other pool serves."""
     served_tls = {"ssl_certfile": str(TLS / "server.pem"), "ssl_keyfile": str(TLS / "server-key.pem"),
                   "ssl_ca_certs": str(TLS / "client-ca.pem"), "ssl_cert_reqs": ssl.CERT_REQUIRED}
     plain = ServerThread(create_emulator(EmulatorConfig(seed=33, force_include_usage=True,
                                                      default_chat_template_kwargs={"enable_thinking": False})), options=served_tls)
     body = {"model": MODEL, "messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 8}
-    client = {"tls_client_certfile": str(TLS / "client.pem"), "tls_client_keyfile": str(TLS / "client-key.pem")}
+    client = {"client_certfile": str(TLS / "client.pem"), "client_keyfile": str(TLS / "client-key.pem")}
     with emulator(33, True) as on, plain:
         https_url = f"https://127.0.0.1:{plain.port}"
         for shown, expected in ((client, "spec-off"), ({}, "spec-on")):
-            app = create_app(proxy_settings(on.url, https_url, tls_ca_file=str(TLS / "ca.pem"), **shown))
+            app = create_app(proxy_settings(on.url, https_url, tls={"ca_file": str(TLS / "ca.pem"), **shown}))
             with proxy_server(app) as proxy:
                 pool = app.state.proxy.upstreams.pool("spec-off")
                 assert wait_until(lambda: pool.replicas[https_url].checked_at > 0), "never health-checked"
@@ -77,11 +77,11 @@ def test_a_pool_that_requires_a_client_certificate() -> None:
                 r = httpx.post(f"{proxy.url}/v1/chat/completions", json=body, timeout=30)
                 assert r.status_code == 200 and r.headers["x-draftgate-route"] == expected
     pools = [{"name": "p", "urls": [https_url]}]
-    with pytest.raises(ConfigError, match="tls_client_certfile and tls_client_keyfile go together"):
-        load_settings(None, pools=pools, tls_client_certfile=str(TLS / "client.pem"))
+    with pytest.raises(ConfigError, match="client_certfile and client_keyfile go together"):
+        load_settings(None, pools=pools, tls={"client_certfile": str(TLS / "client.pem")})
     with pytest.raises(ConfigError, match="cannot serve"):
-        load_settings(None, pools=pools, tls_client_certfile=str(TLS / "client.pem"),
-                      tls_client_keyfile=str(TLS / "server-key.pem"))
+        load_settings(None, pools=pools, tls={"client_certfile": str(TLS / "client.pem"),
+                                              "client_keyfile": str(TLS / "server-key.pem")})
 
 
 def test_the_proxy_serves_https_with_a_configured_certificate(tmp_path: Path) -> None:
@@ -93,7 +93,7 @@ def test_the_proxy_serves_https_with_a_configured_certificate(tmp_path: Path) ->
         cfg.write_text(yaml.safe_dump({
             "pools": [{"name": "spec-on", "urls": [on.url], "speculation": {"gamma": 8}},
                       {"name": "spec-off", "urls": [off.url]}],
-            "tls_certfile": str(TLS / "server.pem"), "tls_keyfile": str(TLS / "server-key.pem")}))
+            "tls": {"certfile": str(TLS / "server.pem"), "keyfile": str(TLS / "server-key.pem")}}))
         with ServerProcess(["serve", "--config", str(cfg)], ca_file=ca) as proxy:
             assert proxy.url.startswith("https://")
             client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="none", max_retries=0,
@@ -106,7 +106,7 @@ def test_the_proxy_serves_https_with_a_configured_certificate(tmp_path: Path) ->
             assert container_health_check(proxy.port) == 0
     assert container_health_check(free_port()) == 1
     pools = [{"name": "p", "urls": ["http://127.0.0.1:1"]}]
-    with pytest.raises(ConfigError, match="tls_certfile and tls_keyfile go together"):
-        load_settings(None, pools=pools, tls_certfile=str(TLS / "server.pem"))
+    with pytest.raises(ConfigError, match="certfile and keyfile go together"):
+        load_settings(None, pools=pools, tls={"certfile": str(TLS / "server.pem")})
     with pytest.raises(ConfigError, match="cannot serve"):
-        load_settings(None, pools=pools, tls_certfile=str(TLS / "server.pem"), tls_keyfile=str(TLS / "ca.pem"))
+        load_settings(None, pools=pools, tls={"certfile": str(TLS / "server.pem"), "keyfile": str(TLS / "ca.pem")})
