@@ -294,8 +294,9 @@ def calibration_from_yaml(text: str, origin: str = "calibration") -> Calibration
     """Parse a calibration document, failing with the offending field named."""
     try:
         raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise CalibrationError(f"{origin}: not valid YAML: {exc}") from None
+    except yaml.YAMLError as exc:  # one line: where it broke, not the parser's excerpt of the file
+        mark = getattr(exc, "problem_mark", None)
+        raise CalibrationError(f"{origin}: not valid YAML" + (f" at line {mark.line + 1}" if mark else "")) from None
     return parse_calibration(raw, origin=origin)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from draftgate.cli.addresses import base_url
 from draftgate.cli_error import CliError
 
 
@@ -92,10 +93,11 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         raise CliError(f"--methods: unknown {', '.join(unknown)} (known: {', '.join(METHOD_DEFAULTS)})")
     names = [f"spec-{m}-{g}" if len(set(methods)) > 1 else f"spec-{g}" for m, g in zip(methods, args.gammas)]
-    spec = [protocol.Pool(name if len(args.spec_on) > 1 else "spec-on", url.rstrip("/"), g, m)
+    spec = [protocol.Pool(name if len(args.spec_on) > 1 else "spec-on", base_url(url, "--spec-on"), g, m)
             for name, url, g, m in zip(names, args.spec_on, args.gammas, methods)]
-    off = protocol.Pool("spec-off", args.spec_off.rstrip("/"), 0)
-    dynamic = protocol.Pool("dynamic-k", args.dynamic_k.rstrip("/"), max(args.gammas)) if args.dynamic_k else None
+    off = protocol.Pool("spec-off", base_url(args.spec_off, "--spec-off"), 0)
+    dynamic = (protocol.Pool("dynamic-k", base_url(args.dynamic_k, "--dynamic-k"), max(args.gammas))
+               if args.dynamic_k else None)
 
     async def check() -> None:
         async with httpx.AsyncClient() as client:

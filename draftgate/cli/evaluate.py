@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from draftgate.cli.addresses import base_url
 from draftgate.cli_error import CliError
 
 if TYPE_CHECKING:
@@ -102,9 +103,9 @@ def run(args: argparse.Namespace) -> int:
     spec_on: dict[int, str] = {}
     for given in args.spec_on:
         depth, _, url = given.rpartition("=") if "=" in given.split("://")[0] else ("8", "", given)
-        if not depth.isdigit() or not url.startswith(("http://", "https://")):
+        if not depth.isdigit():
             raise CliError(f"--spec-on takes URL or K=URL, got {given!r}")
-        spec_on[int(depth)] = url.rstrip("/")
+        spec_on[int(depth)] = base_url(url, "--spec-on")
     real = [u for u in (args.spec_off, args.eagle3, args.ngram, args.dynamic_k) if u] + list(spec_on.values())
     if real and args.grid:
         raise CliError("--grid runs emulated fleets; against your own pools, run the verdict at each point")
@@ -201,7 +202,8 @@ def _real(args: argparse.Namespace, spec_on: dict[int, str], rates: list[float] 
     from draftgate.evaluate import real, verdict
 
     _resolve_requests(args, 1)
-    given = real.real_pools(spec_on, _url(args.spec_off), _url(args.ngram), _url(args.eagle3), _url(args.dynamic_k))
+    given = real.real_pools(spec_on, _url(args.spec_off, "--spec-off"), _url(args.ngram, "--ngram"),
+                            _url(args.eagle3, "--eagle3"), _url(args.dynamic_k, "--dynamic-k"))
     stream = sys.stderr if args.json else sys.stdout
 
     def say(text: str) -> None:
@@ -220,9 +222,5 @@ def _real(args: argparse.Namespace, spec_on: dict[int, str], rates: list[float] 
     return 0
 
 
-def _url(value: str | None) -> str | None:
-    if value is None:
-        return None
-    if not value.startswith(("http://", "https://")):
-        raise CliError(f"a pool is given by its base URL, http://host:port; got {value!r}")
-    return value.rstrip("/")
+def _url(value: str | None, flag: str) -> str | None:
+    return None if value is None else base_url(value, flag)

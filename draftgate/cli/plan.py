@@ -19,6 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from draftgate.cli.addresses import base_url
 from draftgate.cli_error import CliError
 
 
@@ -82,7 +83,7 @@ def rows_from_metrics(url: str, window: float) -> tuple[list[dict[str, Any]], fl
     import httpx
     from prometheus_client.parser import text_string_to_metric_families
 
-    address = url.rstrip("/") if url.rstrip("/").endswith("/metrics") else f"{url.rstrip('/')}/metrics"
+    address = f"{base_url(url, '--from-metrics')}/metrics"
 
     def scrape() -> dict[tuple[str, str, str, str], float]:
         try:

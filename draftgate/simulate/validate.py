@@ -14,6 +14,7 @@ import json
 import sys
 from typing import Any
 
+from draftgate.cli.addresses import base_url
 from draftgate.cli_error import CliError
 
 FIGURES = (("TTFT p50", "ttft_ms", "p50"), ("TTFT p99", "ttft_ms", "p99"), ("TPOT p50", "tpot_ms", "p50"),
@@ -46,15 +47,15 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--time-scale must be positive")
     pools = []
     if args.spec_off:
-        pools.append(("spec-off", args.spec_off, None))
+        pools.append(("spec-off", base_url(args.spec_off, "--spec-off"), None))
     if args.spec_on:
-        pools.append(("spec-on", args.spec_on, args.speculative_config))
+        pools.append(("spec-on", base_url(args.spec_on, "--spec-on"), args.speculative_config))
     result: dict[str, Any] = {}
     for name, url, config in pools:
         ladder = build_ladder(argparse.Namespace(**{**vars(args), "speculative_config": config}))
         try:
             served = args.served_model_name or ladder.profile.target.name
-            measured = asyncio.run(http_ladder.run(ladder, url.rstrip("/"), served, args.time_scale))
+            measured = asyncio.run(http_ladder.run(ladder, url, served, args.time_scale))
         except http_ladder.PoolError as exc:
             raise CliError(str(exc)) from None
         result[name] = {"measured": measured["rates"], "emulated": emulate(ladder)["rates"]}
