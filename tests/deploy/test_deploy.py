@@ -51,7 +51,7 @@ def test_dockerfile_passes_hadolint() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     text = (ROOT / "Dockerfile").read_text()
     assert text.count("FROM ") == 2 and "USER 10001" in text
-    assert 'CMD ["python", "-m", "draftgate.proxy.healthcheck"]' in text  # tests/proxy/test_proxy_ops.py runs it
+    assert 'CMD ["python", "-m", "draftgate.proxy.healthcheck"]' in text  # tests/proxy/test_serve.py runs it
     assert 'ENTRYPOINT ["draftgate", "serve"]' in text
 
 

@@ -13,8 +13,8 @@ from draftgate.proxy.metrics import ProxyMetrics
 from draftgate.proxy.planner import Planner
 from draftgate.proxy.pools import PoolSet
 from tests.memory import bytes_kept
-from tests.proxy_harness import proxy_settings
 from tests.policy.test_structure import json_values, request_keys
+from tests.proxy_harness import proxy_settings
 
 
 def planner(**overrides: Any) -> Planner:
