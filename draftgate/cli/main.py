@@ -30,7 +30,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                                            "reports it"),
     "validate": ("draftgate.simulate.validate", "a short ladder on real pools and on the emulator, and the error "
                                                 "between them"),
-    "plan": ("draftgate.cli.plan", "how to split N GPUs between the pools, from the traffic in a request log"),
+    "plan": ("draftgate.cli.plan", "how to split N GPUs between the pools, from a proxy's traffic, a traffic "
+                                   "file or a mix of the built-in workloads"),
 }
 
 

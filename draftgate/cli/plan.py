@@ -24,11 +24,18 @@ from draftgate.cli_error import CliError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    source = parser.add_mutually_exclusive_group(required=True)
+    source = parser.add_mutually_exclusive_group()
     source.add_argument("--from-log", metavar="FILE", help="the proxy's log (JSON lines); its request lines "
                                                            "describe the traffic")
     source.add_argument("--from-metrics", metavar="URL", help="a proxy's base URL: its /metrics, scraped twice "
                                                               "--window seconds apart, describe the traffic")
+    source.add_argument("--traffic", metavar="FILE", help="your requests (JSON lines, docs/traffic.md), replayed "
+                        "through an emulated plain GPU for their answers' lengths: the part of the file the verdict "
+                        "calibrates and plans on")
+    parser.add_argument("--mix", metavar="WORKLOAD=WEIGHT,...", help="the built-in workloads in these proportions "
+                        "(tool_call, agent_session, chat, reasoning, conversation), or --traffic's reweighted")
+    parser.add_argument("--rate", type=float, help="with --traffic or --mix: requests a second the traffic comes at "
+                                                   "(default: one a GPU)")
     parser.add_argument("--window", type=float, default=60.0, help="seconds between the two scrapes (default 60)")
     parser.add_argument("--gpus", type=int, required=True, help="GPUs of the fleet to plan")
     parser.add_argument("--config", help="the proxy's configuration: calibration file, pools (the running fleet), "
@@ -184,9 +191,17 @@ def run(args: argparse.Namespace) -> int:
     objective = args.objective or objective
     targets = fleet.Targets((args.ttft_target_ms or ttft_ms or 2000.0) / 1000.0,
                             (args.tpot_target_ms or tpot_ms or 50.0) / 1000.0)
-    rows, span = rows_from_log(Path(args.from_log)) if args.from_log else rows_from_metrics(args.from_metrics,
-                                                                                            args.window)
-    traffic = fleet.Traffic(len(rows) / span, fleet.kinds_from(rows))
+    if args.from_log or args.from_metrics:
+        if args.mix or args.rate is not None:
+            raise CliError("--mix and --rate go with --traffic or the built-in workloads, not a proxy's traffic")
+        rows, span = rows_from_log(Path(args.from_log)) if args.from_log else rows_from_metrics(args.from_metrics,
+                                                                                                args.window)
+        traffic = fleet.Traffic(len(rows) / span, fleet.kinds_from(rows))
+    elif args.traffic or args.mix:
+        traffic = replayed(args.traffic, args.mix, args.rate if args.rate is not None else float(args.gpus),
+                           calibration)
+    else:
+        raise CliError("say where the traffic comes from: --from-log, --from-metrics, --traffic or --mix")
     current = None
     if running and sum(n for _, n in running) == args.gpus:
         current, _ = fleet.best_assignment(traffic, calibration, running, targets, objective)
@@ -211,6 +226,33 @@ def run(args: argparse.Namespace) -> int:
               f"{args.gpus} GPUs within the targets; most of the rest would idle. For a fleet that grows with load, "
               "--objective cost.")
     return 0
+
+
+REPLAYED_REQUESTS = 400  # of a traffic file or the built-in workloads, for their kinds' lengths
+
+
+def replayed(path: str | None, weights_text: str | None, rate: float, calibration: Any) -> Any:
+    """The traffic of a file's requests, or of the built-in workloads (reweighted by ``weights_text``),
+    as the gate's proxy reads it when they are replayed through an emulated plain GPU: the answers'
+    lengths are the emulated target's. The part replayed is the one the verdict calibrates on."""
+    from draftgate.evaluate.bench import Options, plan_traffic
+    from draftgate.policy import fleet
+    from draftgate.workloads import mix
+    from draftgate.workloads.traffic_file import TrafficFileError
+
+    if not rate > 0:
+        raise CliError("--rate must be above 0 requests a second")
+    try:
+        weights = tuple(mix.parse_mix(weights_text).items()) if weights_text else ()
+    except mix.MixError as exc:
+        raise CliError(f"--mix: {exc}") from None
+    try:
+        next(mix.stream("calibration", 1, mix.weights_for(dict(weights), path or ""), path or ""))
+        kinds = plan_traffic(1, calibration, Options(requests=REPLAYED_REQUESTS, mix=weights,
+                                                     traffic=path or "")).kinds
+    except (TrafficFileError, mix.MixError) as exc:
+        raise CliError(f"--traffic: {exc}") from None
+    return fleet.Traffic(rate, kinds)
 
 
 def _gpus_needed(traffic: Any, plan: Any) -> int:

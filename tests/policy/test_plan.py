@@ -353,3 +353,37 @@ def test_draftgate_plan_from_an_address_that_is_not_a_proxys_metrics_says_so_in_
     for done, said in ((wrong, "/nowhere/metrics"), (gone, "ConnectError")):
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1 and said in done.stderr, done.stderr
+
+
+def test_draftgate_plan_for_a_traffic_file_or_a_mix_of_the_built_in_workloads(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An operator's own requests, or the built-in workloads in their proportions, replayed through an
+    emulated plain GPU for their answers' lengths: the plan's kinds are what the gate reads of them,
+    at the rate given; bad input is one line and status 2."""
+    from draftgate.cli.main import main
+
+    quiet = {"chat_template_kwargs": {"enable_thinking": False}}  # Qwen3 thinks unless told not to
+    lines = [{"messages": [{"role": "user", "content": f"weather in city {i}"}], "tools": [TOOL],
+              "tool_choice": "required", "temperature": 0, **quiet} for i in range(90)]
+    lines += [{"messages": [{"role": "user", "content": f"tell me about {i}"}], "max_tokens": 200, **quiet}
+              for i in range(90)]
+    lines += [{"messages": [{"role": "user", "content": f"why {i}?"}], "max_tokens": 400} for i in range(30)]
+    traffic = tmp_path / "traffic.jsonl"
+    traffic.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert main(["plan", "--gpus", "4", "--traffic", str(traffic), "--rate", "3", "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["requests_per_second"] == 3.0
+    assert set(planned["kinds"]) == {"tool", "prose", "reasoning"}, planned["kinds"]
+    assert planned["kinds"]["tool"]["output_tokens"] < planned["kinds"]["prose"]["output_tokens"]
+    assert planned["recommended"]["capacity_rps"] > 0
+    assert main(["plan", "--gpus", "4", "--mix", "chat=1", "--json"]) == 0
+    chat = json.loads(capsys.readouterr().out)
+    assert set(chat["kinds"]) == {"prose"} and chat["requests_per_second"] == 4.0  # one a GPU by default
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"request": {"messages": [{"role": "user", "content": "hi"}]}}\n{"request":\n')
+    for argv, says in ((["--traffic", str(broken)], "--traffic: line 2"), (["--mix", "gossip=1"], "--mix:"),
+                       (["--mix", "chat=1", "--rate", "0"], "--rate"), ([], "where the traffic comes from"),
+                       (["--from-log", str(traffic), "--mix", "chat=1"], "--mix and --rate go with")):
+        assert main(["plan", "--gpus", "4", *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("draftgate plan: error: ") and says in err and err.count("\n") == 1, err
