@@ -65,7 +65,7 @@ from draftgate.policy.assignment import PoolRates
 from draftgate.policy.calibration import Calibration
 from draftgate.policy.gate import PoolView, depth_at, drafted_per_round, predicted_taus, step_seconds
 
-MAX_POOLS = 2  # pools a recommended fleet is split into, at most: each more multiplies the compositions weighed
+MAX_POOLS = 3  # pools a recommended fleet is split into, at most: each more multiplies the compositions weighed
 
 
 @dataclass(frozen=True, slots=True)

@@ -480,7 +480,7 @@ class ProxySettings(BaseSettings):
         for key in [k for k in data if k in FLAT_KEYS]:
             group, name = FLAT_KEYS[key]
             section = data.get(group)
-            section = section.model_dump() if isinstance(section, BaseModel) else dict(section or {})
+            section = section.model_dump(exclude_unset=True) if isinstance(section, BaseModel) else dict(section or {})
             section.setdefault(name, data.pop(key))
             data[group] = section
             log.warning(f"configuration key {key} is deprecated and will be removed: write {group}.{name}",

@@ -1,8 +1,9 @@
 """``draftgate plan``: the fleet of N GPUs that serves the traffic seen best, beside the one running.
 
 Reads the traffic from the proxy's request log (``event: request`` lines: kind,
-lengths, what was cached, time) or from its metrics (two scrapes a window
-apart: ``draftgate_request_tokens`` by kind of request), and the calibration,
+lengths, what was cached, time), from its metrics (two scrapes a window apart:
+``draftgate_request_tokens`` by kind of request), or from requests replayed
+through an emulated GPU (a traffic file, the built-in workloads), and the calibration,
 pools, targets and candidates of a configuration file. It weighs every fleet
 of N GPUs made of up to ``--max-pools`` pools from the candidates, each kind of
 request going whole to one pool (``draftgate.policy.fleet`` says how each is
@@ -39,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window", type=float, default=60.0, help="seconds between the two scrapes (default 60)")
     parser.add_argument("--gpus", type=int, required=True, help="GPUs of the fleet to plan")
     parser.add_argument("--config", help="the proxy's configuration: calibration file, pools (the running fleet), "
-                                         "latency targets, objective, plan_candidates (defaults where omitted)")
+                                         "latency targets, objective, plan.candidates (defaults where omitted)")
     parser.add_argument("--objective", choices=["capacity", "cost"], help="capacity: the most traffic within the "
                         "targets (a fixed fleet); cost: the fewest busy GPU-seconds per token at the traffic's rate "
                         "(a fleet that scales); default: the configuration's fleet_objective")
@@ -47,9 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                               "configuration's, else 50)")
     parser.add_argument("--ttft-target-ms", type=float, help="p99 time to first token to hold (default: the "
                                                               "configuration's, else 2000)")
-    parser.add_argument("--max-pools", type=int, default=2, help="pools a fleet may be split into (default 2)")
+    parser.add_argument("--max-pools", type=int, help="pools a fleet may be split into (default 3)")
     parser.add_argument("--candidates", help="the candidate configurations to weigh, by name, comma-separated "
-                                             "(default: every one: the configuration's plan_candidates, else plain, "
+                                             "(default: every one: the configuration's plan.candidates, else plain, "
                                              "draft-k2, draft-k4, draft-k8, eagle3-k3, ngram-k4)")
     parser.add_argument("--json", action="store_true", help="print the plan as one JSON object")
 
@@ -159,7 +160,8 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--gpus must be 1 or more")
     if args.window <= 0:
         raise CliError("--window must be above 0 seconds")
-    if args.max_pools < 1:
+    max_pools = fleet.MAX_POOLS if args.max_pools is None else args.max_pools
+    if max_pools < 1:
         raise CliError("--max-pools must be 1 or more")
     calibration = Calibration()
     running: list[tuple[Any, int]] = []
@@ -206,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
     if running and sum(n for _, n in running) == args.gpus:
         current, _ = fleet.best_assignment(traffic, calibration, running, targets, objective)
     try:
-        plan = fleet.recommend(traffic, calibration, args.gpus, candidates, targets, objective, args.max_pools,
+        plan = fleet.recommend(traffic, calibration, args.gpus, candidates, targets, objective, max_pools,
                                current.pools if current is not None else None)
     except ValueError as exc:
         raise CliError(str(exc)) from None
