@@ -54,9 +54,9 @@ class Replica:
         self.started += 1
 
     def took_scrape(self, values: dict[str, float], finished_before: int, now: float) -> None:
-        """What a scrape of its ``/metrics`` read (``draftgate.vllm_metrics.parse_vllm_metrics``), taken as its load;
-        ``finished_before``: requests seen to finish here before the scrape left, the rest may still be
-        in what it read."""
+        """What a scrape of its ``/metrics`` read (``vllm_metrics.parse_vllm_metrics``), taken as its
+        load; ``finished_before``: requests seen to finish here before the scrape left, the rest may
+        still be in what it read."""
         self.finished_since_scrape = max(0, self.finished_since_scrape - finished_before)
         self.running = values.get("running", 0.0)
         self.waiting = values.get("waiting", 0.0)

@@ -32,7 +32,7 @@ from draftgate.policy.vllm_fields import streams
 from draftgate.proxy.logs import RequestLog
 from draftgate.proxy.metrics import ProxyMetrics
 from draftgate.proxy.observe import Observation
-from draftgate.proxy.planner import RequestPlan, Planner
+from draftgate.proxy.planner import Planner, RequestPlan
 from draftgate.proxy.pools import Pool, PoolSet, Replica
 from draftgate.proxy.traffic_record import TrafficRecord
 

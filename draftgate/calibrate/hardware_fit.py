@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from draftgate.calibrate.protocol import Fit, CalibrationPlan, Pool, records_of
+from draftgate.calibrate.protocol import CalibrationPlan, Fit, Pool, records_of
 from draftgate.emulator.hardware import DEFAULT
 from draftgate.emulator.physics import Physics, Work
 from draftgate.emulator.profile import EngineProfile

