@@ -67,10 +67,23 @@ def test_the_models_best_single_fleet_stands_unless_the_trial_finds_another_bett
     assert chosen.best_split is not None and chosen.best_split.pools == SPLIT.pools
     measured[ALL_PLAIN] = 8.0 * (1 + 2 * trial.MARGIN)  # a gain beyond the error: plain
     assert trial.choose(recommendation, measured.__getitem__).best.pools == ALL_PLAIN.pools
-    measured[SPLIT] = 8.0 * (1 + 3 * trial.MARGIN)  # the split beyond it: the split
+    measured[SPLIT] = 8.0 * (1 + 3 * trial.MARGIN)  # ahead of plain, but by less than the error: plain
+    assert trial.choose(recommendation, measured.__getitem__).best.pools == ALL_PLAIN.pools
+    measured[SPLIT] = 8.0 * (1 + 5 * trial.MARGIN)  # the split beyond it, and the model puts it first: the split
     chosen = trial.choose(recommendation, measured.__getitem__)
     assert chosen.best.pools == SPLIT.pools and chosen.best.capacity == measured[SPLIT]
     assert {t.composition.pools for t in chosen.tried} == {ALL_EAGLE.pools, ALL_PLAIN.pools, SPLIT.pools}
+
+
+def test_a_split_the_model_ranks_below_its_best_single_fleet_is_not_taken_on_the_trial_alone() -> None:
+    """The trial's sample can put a split far ahead where the model and the verdict put it behind; the
+    split is taken only where both the model and the trial put it ahead."""
+    doubtful = _composition(9.5, (PLAIN, 2, ("prose",)), (EAGLE, 6, ("tool_auto",)))  # the model: below EAGLE-3
+    recommendation = _recommendation(ALL_EAGLE, ALL_PLAIN, doubtful)
+    measured = {ALL_EAGLE: 8.0, ALL_PLAIN: 7.0, doubtful: 8.0 * (1 + 5 * trial.MARGIN)}
+    chosen = trial.choose(recommendation, measured.__getitem__)
+    assert chosen.best.pools == ALL_EAGLE.pools and chosen.best_split is not None
+    assert chosen.best_split.pools == doubtful.pools  # still reported as the best split tried
 
 
 def _point(rate: float, capacity: float) -> Point:
