@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from draftgate.cli.addresses import base_url
+from draftgate.cli.traffic_input import checked
 from draftgate.cli_error import CliError
 
 if TYPE_CHECKING:
@@ -71,8 +72,6 @@ def run(args: argparse.Namespace) -> int:
     from draftgate.evaluate.replay import ReplayError
     from draftgate.policy.fleet import Targets
     from draftgate.servers import ServerStartError
-    from draftgate.workloads import mix
-    from draftgate.workloads.traffic_file import TrafficFileError
 
     gpus = _numbers(args.gpus, "gpus", int) if args.gpus else list(grid.SIZES if args.grid else (2, 4, 8))
     if min(gpus) < 1:
@@ -89,17 +88,7 @@ def run(args: argparse.Namespace) -> int:
     if args.ttft_target_ms <= 0 or args.tpot_target_ms <= 0:
         raise CliError("--ttft-target-ms and --tpot-target-ms must be above 0")
     targets = Targets(args.ttft_target_ms / 1000.0, args.tpot_target_ms / 1000.0)
-    try:
-        weights = mix.parse_mix(args.mix) if args.mix is not None else None
-    except mix.MixError as exc:
-        raise CliError(f"--mix: {exc}") from None
-    if args.traffic is not None:
-        try:  # read and split now: a file that cannot be replayed fails before minutes of work
-            drawn = mix.weights_for(weights, args.traffic)
-            for split in ("calibration", "verdict"):
-                next(mix.stream(split, 0, drawn, args.traffic))
-        except (TrafficFileError, mix.MixError) as exc:
-            raise CliError(f"--traffic: {exc}") from None
+    weights = checked(args.mix, args.traffic)
     spec_on: dict[int, str] = {}
     for given in args.spec_on:
         depth, _, url = given.rpartition("=") if "=" in given.split("://")[0] else ("8", "", given)

@@ -237,23 +237,14 @@ def replayed(path: str | None, weights_text: str | None, rate: float, calibratio
     """The traffic of a file's requests, or of the built-in workloads (reweighted by ``weights_text``),
     as the gate's proxy reads it when they are replayed through an emulated plain GPU: the answers'
     lengths are the emulated target's. The part replayed is the one the verdict calibrates on."""
+    from draftgate.cli.traffic_input import checked
     from draftgate.evaluate.bench import Options, plan_traffic
     from draftgate.policy import fleet
-    from draftgate.workloads import mix
-    from draftgate.workloads.traffic_file import TrafficFileError
 
     if not rate > 0:
         raise CliError("--rate must be above 0 requests a second")
-    try:
-        weights = tuple(mix.parse_mix(weights_text).items()) if weights_text else ()
-    except mix.MixError as exc:
-        raise CliError(f"--mix: {exc}") from None
-    try:
-        next(mix.stream("calibration", 1, mix.weights_for(dict(weights), path or ""), path or ""))
-        kinds = plan_traffic(1, calibration, Options(requests=REPLAYED_REQUESTS, mix=weights,
-                                                     traffic=path or "")).kinds
-    except (TrafficFileError, mix.MixError) as exc:
-        raise CliError(f"--traffic: {exc}") from None
+    weights = tuple((checked(weights_text, path, ("calibration",)) or {}).items())
+    kinds = plan_traffic(1, calibration, Options(requests=REPLAYED_REQUESTS, mix=weights, traffic=path or "")).kinds
     return fleet.Traffic(rate, kinds)
 
 
