@@ -15,7 +15,7 @@ from draftgate.emulator.profile import EngineProfile
 from draftgate.evaluate.bench import Unit, bank_of, simulate
 from draftgate.evaluate.fleet import Fleet, PoolSpec
 from draftgate.policy.calibration import Calibration
-from draftgate.policy.fleet import Targets
+from draftgate.policy.plan import Targets
 
 
 def time_steps() -> None:

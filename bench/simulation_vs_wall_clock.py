@@ -33,7 +33,7 @@ from draftgate.evaluate.requests import Bank
 from draftgate.evaluate.simulation import Served, Simulation, proxy_settings
 from draftgate.evaluate.traffic import OpenLoop, Schedule
 from draftgate.policy.calibration import Calibration
-from draftgate.policy.fleet import Targets
+from draftgate.policy.plan import Targets
 from draftgate.servers import ServerProcess
 from draftgate.workloads import mix
 

@@ -79,7 +79,7 @@ class GatePolicy:
     # output token the request may cause) when one is set
     objective: Objective = "cost"
     gpu_budget: float | None = None
-    # what the fleet plan makes best (policy/fleet.py): the most traffic within the targets, or the cheapest
+    # what the fleet plan makes best (policy/plan/): the most traffic within the targets, or the cheapest
     fleet_objective: Literal["capacity", "cost"] = "capacity"
     # KV-cache usage from which a pool takes no marginal traffic: a new request there
     # would wait for free blocks, or make the scheduler preempt one that runs

@@ -15,10 +15,10 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from draftgate.policy.fleet import Recommendation, Targets
+from draftgate.policy.plan import Recommendation, Targets, plan_fleet
 from draftgate.proxy.config import ProxySettings
 from draftgate.proxy.metrics import ProxyMetrics
-from draftgate.proxy.planner import Planner, plan_fleet
+from draftgate.proxy.planner import Planner
 
 log = logging.getLogger("draftgate.plan")
 

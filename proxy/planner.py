@@ -18,13 +18,23 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from draftgate.calibration_file import load_calibration
-from draftgate.policy import fleet
-from draftgate.policy.assignment import Assignment, PoolRates, Turns, spill
+from draftgate.policy import plan as plans
 from draftgate.policy.calibration import Calibration, CalibrationError
-from draftgate.policy.fleet import Recommendation, TrafficWindow
 from draftgate.policy.gate import Affinity, Decision, GatePolicy, decide
 from draftgate.policy.kinds import kind_of
-from draftgate.policy.plan_feedback import Latencies, PlanFeedback
+from draftgate.policy.plan import (
+    Assignment,
+    FleetInputs,
+    FleetPlan,
+    Latencies,
+    PlanFeedback,
+    PoolRates,
+    Recommendation,
+    TrafficWindow,
+    Turns,
+    plan_fleet,
+    spill,
+)
 from draftgate.policy.structure import (
     ObservedStructure,
     SamplingDefaults,
@@ -143,69 +153,17 @@ ARRIVALS_KEPT = 100_000  # at most, within the window: past 1,600 requests a sec
 
 
 def candidate_of(name: str, speculation: SpeculationConfig | None, max_num_seqs: int,
-                 max_num_batched_tokens: int, depth: int | None = None) -> fleet.Candidate:
+                 max_num_batched_tokens: int, depth: int | None = None) -> plans.Candidate:
     """A pool's configuration as the fleet plan weighs it; ``depth``: the pool's own, when it
     runs (``Pool.depth``), else the configured one."""
     if speculation is None:
-        return fleet.Candidate(name, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
+        return plans.Candidate(name, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
     gamma = depth if depth is not None else speculation.gamma or 0
-    return fleet.Candidate(name, speculation.method, gamma, speculation.lookup,
+    return plans.Candidate(name, speculation.method, gamma, speculation.lookup,
                            tuple(tuple(row) for row in speculation.num_speculative_tokens_per_batch_size),
                            max_num_seqs, max_num_batched_tokens,
                            speculation.draft_prefill_ratio if speculation.method == "draft_model" else 0.0,
                            speculation.draft_cost)
-
-
-@dataclass(frozen=True)
-class FleetInputs:
-    traffic: fleet.Traffic
-    calibration: Calibration
-    running: tuple[tuple[fleet.Candidate, int], ...]  # each pool as it runs (its step scale), and its replicas
-    candidates: tuple[fleet.Candidate, ...]
-    targets: fleet.Targets
-    objective: str
-    routed: tuple[tuple[str, str], ...] = ()  # kind -> pool, as the proxy routes now (the last plan's)
-
-
-@dataclass(frozen=True)
-class FleetPlan:
-    assignment: fleet.Composition  # the running fleet, each kind to the pool that serves it best
-    capacities: list[PoolRates]  # what one GPU of each running pool takes of each kind
-    recommendation: Recommendation | None  # the best fleet of as many GPUs, beside the running one
-    routed: fleet.Composition | None = None  # the running fleet as routed now, worked out alike
-    law: tuple[fleet.KindLaw, ...] = ()  # each kind where ``assignment`` puts it
-    routed_law: tuple[fleet.KindLaw, ...] = ()  # likewise, where ``routed`` does
-
-    @property
-    def gain(self) -> float:
-        """How much more the new assignment carries than the routing now (inf when there is none to
-        compare: no routing yet, or a kind it does not place)."""
-        if self.routed is None or self.routed.capacity <= 0:
-            return math.inf
-        return self.assignment.capacity / self.routed.capacity - 1.0
-
-
-def plan_fleet(inputs: FleetInputs, recommend: bool = True) -> FleetPlan:
-    """The fleet plan (pure, and seconds of CPU: the proxy runs it off its event loop); ``recommend``: weigh
-    the fleets that could be run too, not only the running one's assignment."""
-    best, capacities = fleet.best_assignment(inputs.traffic, inputs.calibration, inputs.running, inputs.targets,
-                                             inputs.objective)
-    recommendation = fleet.recommend(inputs.traffic, inputs.calibration, sum(n for _, n in inputs.running),
-                                     inputs.candidates, inputs.targets, inputs.objective,
-                                     current=best.pools) if recommend else None
-    routed = dict(inputs.routed)
-    kinds = {k.name for k in inputs.traffic.kinds}
-    now = None
-    if kinds <= set(routed) and {routed[k] for k in kinds} <= {c.name for c, _ in inputs.running}:
-        now = fleet.evaluate([fleet.PoolPlan(c, n, tuple(k for k in sorted(kinds) if routed[k] == c.name))
-                              for c, n in inputs.running], inputs.traffic, inputs.calibration, inputs.targets)
-
-    def law_of(composition: fleet.Composition | None) -> tuple[fleet.KindLaw, ...]:
-        if composition is None:
-            return ()
-        return tuple(fleet.law_by_kind(composition, inputs.traffic, inputs.calibration, inputs.candidates))
-
-    return FleetPlan(best, capacities, recommendation, now, law_of(best), law_of(now))
 
 
 class Planner:
@@ -234,7 +192,7 @@ class Planner:
         self._turns = Turns()
         self._arrivals: deque[tuple[float, str]] = deque(maxlen=ARRIVALS_KEPT)
         self.recommendation: Recommendation | None = None
-        self.law: dict[str, fleet.KindLaw] = {}  # kind -> the Draft Law where the adopted plan routes it
+        self.law: dict[str, plans.KindLaw] = {}  # kind -> the Draft Law where the adopted plan routes it
         self.feedback = PlanFeedback()  # the plan's predictions for the running pools against their answers
         self.calibration = calibration if calibration is not None else load_calibration_or_defaults(settings)
         self.learner = StructureLearner(capacity=settings.learner_capacity)
@@ -384,7 +342,7 @@ class Planner:
         if traffic is None:
             return None
         policy = self.gate_policy(self.traffic.busiest_model())
-        targets = fleet.Targets(policy.ttft_target or fleet.Targets().ttft, policy.tpot_target or fleet.Targets().tpot)
+        targets = plans.Targets(policy.ttft_target or plans.Targets().ttft, policy.tpot_target or plans.Targets().tpot)
         self.feedback.settle(targets)
         scaled = self.feedback.step_scale
         running = tuple(
@@ -392,7 +350,7 @@ class Planner:
                                   p.depth), step_scale=scaled(p.name)), max(1, len(p.replicas_in_rotation())))
             for p in self.pools)
         candidates = tuple(candidate_of(c.name, c.speculation, c.max_num_seqs, c.max_num_batched_tokens)
-                           for c in self.settings.plan.candidates) or fleet.default_candidates()
+                           for c in self.settings.plan.candidates) or plans.default_candidates()
         candidates = tuple(replace(c, step_scale=scaled(c.name)) for c in candidates)
         routed = tuple(sorted((kind, next(iter(pools))) for kind, pools in self._base.shares.items())
                        ) if self._base is not None else ()
@@ -400,7 +358,7 @@ class Planner:
 
     def adopt(self, planned: FleetPlan) -> Recommendation | None:
         """Route by the plan: its assignment for the running fleet becomes the base, spilled at once; unless
-        it would move traffic for a gain no larger than the plan's observed error (``plan_feedback``), when
+        it would move traffic for a gain no larger than the plan's observed error (``policy/plan/feedback.py``), when
         the routing stays. Either way, what the plan predicts for the routing taken is kept, to be set
         beside what the pools do."""
         taken = planned.assignment
@@ -423,7 +381,7 @@ class Planner:
         return planned.recommendation
 
     def answered(self, pool: str, ttft: float, tpot: float) -> None:
-        """A streamed answer's timing, for the plan to be checked against (``plan_feedback``)."""
+        """A streamed answer's timing, for the plan to be checked against (``policy/plan/feedback.py``)."""
         self.feedback.answered(pool, ttft, tpot)
 
     def fallback_plan(self, body: dict[str, Any], endpoint: str, error: Exception,

@@ -12,7 +12,7 @@ from draftgate.cli_error import CliError
 
 if TYPE_CHECKING:
     from draftgate.evaluate.bench import Options
-    from draftgate.policy.fleet import Targets
+    from draftgate.policy.plan import Targets
 
 MIN_REQUESTS_PER_REPLICA = 50  # a run that brings each replica fewer requests never loads it
 REQUESTS_PER_REPLICA = 75  # measured per run by default, for each replica of the largest fleet (600 at least)
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
     from draftgate.evaluate import grid
     from draftgate.evaluate.replay import ReplayError
-    from draftgate.policy.fleet import Targets
+    from draftgate.policy.plan import Targets
     from draftgate.servers import ServerStartError
 
     gpus = _numbers(args.gpus, "gpus", int) if args.gpus else list(grid.SIZES if args.grid else (2, 4, 8))

@@ -151,7 +151,7 @@ def _bucket_values(delta: dict[tuple[str, str, str, str], float], kind: str, par
 
 
 def run(args: argparse.Namespace) -> int:
-    from draftgate.policy import fleet
+    from draftgate.policy import plan as plans
     from draftgate.policy.calibration import Calibration
     from draftgate.proxy.config import ConfigError, load_settings
     from draftgate.proxy.planner import candidate_of, load_calibration_or_defaults
@@ -160,12 +160,12 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--gpus must be 1 or more")
     if args.window <= 0:
         raise CliError("--window must be above 0 seconds")
-    max_pools = fleet.MAX_POOLS if args.max_pools is None else args.max_pools
+    max_pools = plans.MAX_POOLS if args.max_pools is None else args.max_pools
     if max_pools < 1:
         raise CliError("--max-pools must be 1 or more")
     calibration = Calibration()
     running: list[tuple[Any, int]] = []
-    candidates: tuple[Any, ...] = fleet.default_candidates()
+    candidates: tuple[Any, ...] = plans.default_candidates()
     objective, tpot_ms, ttft_ms = "capacity", None, None
     if args.config:
         try:
@@ -191,14 +191,14 @@ def run(args: argparse.Namespace) -> int:
                            + ", ".join(c.name for c in candidates))
         candidates = tuple(c for c in candidates if c.name in wanted)
     objective = args.objective or objective
-    targets = fleet.Targets((args.ttft_target_ms or ttft_ms or 2000.0) / 1000.0,
+    targets = plans.Targets((args.ttft_target_ms or ttft_ms or 2000.0) / 1000.0,
                             (args.tpot_target_ms or tpot_ms or 50.0) / 1000.0)
     if args.from_log or args.from_metrics:
         if args.mix or args.rate is not None:
             raise CliError("--mix and --rate go with --traffic or the built-in workloads, not a proxy's traffic")
         rows, span = rows_from_log(Path(args.from_log)) if args.from_log else rows_from_metrics(args.from_metrics,
                                                                                                 args.window)
-        traffic = fleet.Traffic(len(rows) / span, fleet.kinds_from(rows))
+        traffic = plans.Traffic(len(rows) / span, plans.kinds_from(rows))
     elif args.traffic or args.mix:
         traffic = replayed(args.traffic, args.mix, args.rate if args.rate is not None else float(args.gpus),
                            calibration)
@@ -206,14 +206,14 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("say where the traffic comes from: --from-log, --from-metrics, --traffic or --mix")
     current = None
     if running and sum(n for _, n in running) == args.gpus:
-        current, _ = fleet.best_assignment(traffic, calibration, running, targets, objective)
+        current, _ = plans.best_assignment(traffic, calibration, running, targets, objective)
     try:
-        plan = fleet.recommend(traffic, calibration, args.gpus, candidates, targets, objective, max_pools,
+        plan = plans.recommend(traffic, calibration, args.gpus, candidates, targets, objective, max_pools,
                                current.pools if current is not None else None)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     needed = _gpus_needed(traffic, plan)
-    laws = fleet.law_by_kind(plan.best, traffic, calibration, candidates)
+    laws = plans.law_by_kind(plan.best, traffic, calibration, candidates)
     if args.json:
         print(json.dumps({**_as_json(traffic, plan, args.gpus, targets, objective), "gpus_the_traffic_fills": needed,
                           "law_by_kind": [law.as_dict() for law in laws]}, indent=2))
@@ -239,13 +239,13 @@ def replayed(path: str | None, weights_text: str | None, rate: float, calibratio
     lengths are the emulated target's. The part replayed is the one the verdict calibrates on."""
     from draftgate.cli.traffic_input import checked
     from draftgate.evaluate.bench import Options, plan_traffic
-    from draftgate.policy import fleet
+    from draftgate.policy import plan as plans
 
     if not rate > 0:
         raise CliError("--rate must be above 0 requests a second")
     weights = tuple((checked(weights_text, path, ("calibration",)) or {}).items())
     kinds = plan_traffic(1, calibration, Options(requests=REPLAYED_REQUESTS, mix=weights, traffic=path or "")).kinds
-    return fleet.Traffic(rate, kinds)
+    return plans.Traffic(rate, kinds)
 
 
 def _gpus_needed(traffic: Any, plan: Any) -> int:

@@ -50,9 +50,9 @@ from draftgate.evaluate.strategies import (
     fleet_of,
 )
 from draftgate.evaluate.traffic import Burst, OpenLoop, Schedule
-from draftgate.policy import fleet as plans
+from draftgate.policy import plan as plans
 from draftgate.policy.calibration import Calibration
-from draftgate.policy.fleet import Targets
+from draftgate.policy.plan import Targets
 from draftgate.progress import draw
 from draftgate.workloads import mix
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from draftgate.evaluate.simulation import Run, Served
 from draftgate.evaluate.traffic import Schedule
-from draftgate.policy.fleet import Targets
+from draftgate.policy.plan import Targets
 
 ATTAINMENT = 0.99  # share of requests that must meet the targets at capacity
 LONGEST_WINDOW_SECONDS = 150.0  # at light load a window holds fewer requests: nearly all meet the targets

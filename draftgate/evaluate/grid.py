@@ -17,7 +17,7 @@ from typing import Any
 
 from draftgate.evaluate import bench, verdict
 from draftgate.evaluate.strategies import GATE
-from draftgate.policy.fleet import Targets
+from draftgate.policy.plan import Targets
 from draftgate.workloads import mix
 
 SIZES = (1, 4, 16)  # GPUs

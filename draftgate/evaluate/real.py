@@ -29,7 +29,7 @@ from draftgate.evaluate.fleet import PoolSpec
 from draftgate.evaluate.replay import replay
 from draftgate.evaluate.simulation import Run, Window
 from draftgate.evaluate.strategies import GATE, NGRAM_LOOKUP
-from draftgate.policy.fleet import Targets
+from draftgate.policy.plan import Targets
 from draftgate.servers import ServerProcess
 from draftgate.workloads import mix
 

@@ -27,7 +27,7 @@ from draftgate.emulator.engine import Engine, Sequence, Step
 from draftgate.evaluate.fleet import Fleet, PoolSpec
 from draftgate.evaluate.requests import Bank, Prepared
 from draftgate.policy.calibration import Calibration
-from draftgate.policy.fleet import Targets
+from draftgate.policy.plan import Targets
 from draftgate.proxy.affinity import Conversation
 from draftgate.proxy.config import ProxySettings
 from draftgate.proxy.fleet_planning import FIRST_PLAN_SECONDS

@@ -4,7 +4,7 @@ deploy, one per fleet, and the gate in front of the fleet its plan recommends.""
 from __future__ import annotations
 
 from draftgate.evaluate.fleet import Fleet, PoolSpec
-from draftgate.policy.fleet import Candidate, Composition
+from draftgate.policy.plan import Candidate, Composition
 
 GATE = "gate"
 GATE_SPLIT = "gate, best split"  # the best fleet of two pools the plan finds, run to show what a split does

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from draftgate.evaluate.capacity import Point, search
-from draftgate.policy.fleet import Composition, Recommendation
+from draftgate.policy.plan import Composition, Recommendation
 
 NEAR_BEST = 0.6  # a configuration's best fleet is tried when the model puts it within this of the best
 SINGLES_TRIED = 6  # at most, the model's best first

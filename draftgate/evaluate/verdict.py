@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from draftgate.evaluate.capacity import ATTAINMENT, Point
 from draftgate.evaluate.strategies import GATE, GATE_SPLIT
-from draftgate.policy.fleet import Targets
+from draftgate.policy.plan import Targets
 
 if TYPE_CHECKING:
     from draftgate.evaluate.bench import SeedSetup, UnitResult

@@ -11,7 +11,7 @@ import pytest
 
 from draftgate.evaluate import trial
 from draftgate.evaluate.capacity import Point
-from draftgate.policy.fleet import Candidate, Composition, PoolPlan, Recommendation
+from draftgate.policy.plan import Candidate, Composition, PoolPlan, Recommendation
 from draftgate.workloads import mix
 
 PLAIN, EAGLE, NGRAM = Candidate("plain"), Candidate("eagle3-k3", "eagle3", 3), Candidate("ngram-k4", "ngram", 4)
@@ -122,7 +122,7 @@ def test_the_capacity_table_of_real_pools_names_the_gates_fleet_without_a_plan_t
     """Against real pools the gate runs the pools it was given: there is no plan's prediction to print."""
     from draftgate.evaluate import real, verdict
     from draftgate.evaluate.capacity import Capacity
-    from draftgate.policy.fleet import Targets
+    from draftgate.policy.plan import Targets
 
     point = _point(2.0, 3.0)
     found = {"always off": (1, {"plain": 1}, Capacity(2.0, (point,), True)),

@@ -14,9 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from draftgate.policy import fleet, law
-from draftgate.policy.assignment import Assignment, PoolRates, Turns, load, spill
+from draftgate.policy import law
+from draftgate.policy import plan as plans
 from draftgate.policy.calibration import Calibration
+from draftgate.policy.plan import Assignment, PoolRates, Turns, load, model, spill
 from draftgate.proxy.logs import RequestLog
 from tests.conftest import emulator
 from tests.proxy_harness import metric_value, stack, wait_until
@@ -25,52 +26,52 @@ MODEL = "Qwen/Qwen3-32B"
 TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 CAL = Calibration()
-TARGETS = fleet.Targets(2.0, 0.05)
+TARGETS = plans.Targets(2.0, 0.05)
 
 
-def kinds(long_prompts: float = 6000.0) -> tuple[fleet.Kind, ...]:
+def kinds(long_prompts: float = 6000.0) -> tuple[plans.Kind, ...]:
     """Short tool calls, some with a long prompt, and longer prose with short prompts."""
     calls = tuple((float(20 + 10 * (i % 5)), long_prompts if i % 4 == 0 else 300.0) for i in range(20))
     prose = tuple((float(150 + 20 * (i % 5)), 200.0) for i in range(20))
-    return (fleet.Kind("tool", 0.6, calls, law.ClassMix(1.0, 0.0, 0.0)),
-            fleet.Kind("prose", 0.4, prose, law.ClassMix(0.0, 0.0, 1.0), temperature=0.6))
+    return (plans.Kind("tool", 0.6, calls, law.ClassMix(1.0, 0.0, 0.0)),
+            plans.Kind("prose", 0.4, prose, law.ClassMix(0.0, 0.0, 1.0), temperature=0.6))
 
 
-PLAIN = fleet.Candidate("plain")
-EAGLE = fleet.Candidate("eagle3", "eagle3", 3)
-DRAFT8 = fleet.Candidate("draft-k8", "draft_model", 8, draft_prefill_ratio=0.15)
+PLAIN = plans.Candidate("plain")
+EAGLE = plans.Candidate("eagle3", "eagle3", 3)
+DRAFT8 = plans.Candidate("draft-k8", "draft_model", 8, draft_prefill_ratio=0.15)
 
 
 def test_a_gpu_batches_more_and_its_tail_grows_with_the_rate_until_it_cannot_hold_the_targets() -> None:
-    light, heavy = (fleet.gpu_load(kinds(), PLAIN, CAL, rate, TARGETS) for rate in (0.5, 4.0))
+    light, heavy = (plans.gpu_load(kinds(), PLAIN, CAL, rate, TARGETS) for rate in (0.5, 4.0))
     assert light.batch < heavy.batch and light.prefill_share < heavy.prefill_share < 1
     assert light.tpot < heavy.tpot and light.ttft < heavy.ttft
-    capacity = fleet.capacity_of_gpu(kinds(), PLAIN, CAL, TARGETS)
-    assert fleet.gpu_load(kinds(), PLAIN, CAL, capacity * 0.98, TARGETS).meets(TARGETS)
-    assert not fleet.gpu_load(kinds(), PLAIN, CAL, capacity * 1.1, TARGETS).meets(TARGETS)
+    capacity = plans.capacity_of_gpu(kinds(), PLAIN, CAL, TARGETS)
+    assert plans.gpu_load(kinds(), PLAIN, CAL, capacity * 0.98, TARGETS).meets(TARGETS)
+    assert not plans.gpu_load(kinds(), PLAIN, CAL, capacity * 1.1, TARGETS).meets(TARGETS)
     # long prompts stall every decoding request: fewer of them, more requests within the targets
-    assert fleet.capacity_of_gpu(kinds(long_prompts=500.0), PLAIN, CAL, TARGETS) > capacity
+    assert plans.capacity_of_gpu(kinds(long_prompts=500.0), PLAIN, CAL, TARGETS) > capacity
     # past what one GPU can prefill, nothing holds
-    assert not fleet.gpu_load(kinds(), PLAIN, CAL, 1000.0, TARGETS).feasible
+    assert not plans.gpu_load(kinds(), PLAIN, CAL, 1000.0, TARGETS).feasible
 
 
 def test_a_pool_of_more_gpus_takes_more_per_gpu_because_arrivals_pass_over_a_busy_one() -> None:
     # a request's own GPU is chosen less often the more others there are, and more often as loads grow
-    assert fleet._joins(1, 5.0) == 1.0
-    assert 1.0 > fleet._joins(2, 5.0) > fleet._joins(4, 5.0) > fleet._joins(8, 5.0) > 0.0
-    assert fleet._joins(8, 2.0) < fleet._joins(8, 20.0) < 1.0
-    per_gpu = [fleet.capacity_of_gpu(kinds(), PLAIN, CAL, TARGETS, gpus) for gpus in (1, 2, 8)]
+    assert model._joins(1, 5.0) == 1.0
+    assert 1.0 > model._joins(2, 5.0) > model._joins(4, 5.0) > model._joins(8, 5.0) > 0.0
+    assert model._joins(8, 2.0) < model._joins(8, 20.0) < 1.0
+    per_gpu = [plans.capacity_of_gpu(kinds(), PLAIN, CAL, TARGETS, gpus) for gpus in (1, 2, 8)]
     assert per_gpu[0] < per_gpu[1] < per_gpu[2]
     # a composition is worked out at its pools' sizes: one pool of 4 takes more than twice a pool of 2
-    traffic = fleet.Traffic(3.0, kinds())
-    four, two = (fleet.evaluate([fleet.PoolPlan(PLAIN, n, ("tool", "prose"))], traffic, CAL, TARGETS)
+    traffic = plans.Traffic(3.0, kinds())
+    four, two = (plans.evaluate([plans.PoolPlan(PLAIN, n, ("tool", "prose"))], traffic, CAL, TARGETS)
                  for n in (4, 2))
     assert four.capacity > 2 * two.capacity
 
 
 def test_the_plan_chooses_a_method_and_a_depth_and_says_when_one_configuration_is_best() -> None:
-    traffic = fleet.Traffic(3.0, kinds())
-    plan = fleet.recommend(traffic, CAL, 4, [PLAIN, DRAFT8, EAGLE], TARGETS)
+    traffic = plans.Traffic(3.0, kinds())
+    plan = plans.recommend(traffic, CAL, 4, [PLAIN, DRAFT8, EAGLE], TARGETS)
     assert plan.best.capacity >= plan.best_homogeneous.capacity >= max(
         o.capacity for o in plan.options if o.homogeneous) - 1e-9
     assert all(o.gpus == 4 for o in plan.options)
@@ -80,26 +81,26 @@ def test_the_plan_chooses_a_method_and_a_depth_and_says_when_one_configuration_i
     assert ranked["all eagle3"] > ranked["all draft-k8"]
     assert {p.candidate.name for p in plan.best.pools} <= {"eagle3", "plain"}
     # objective cost: among the fleets that carry the rate, the fewest busy GPU-seconds per token
-    cheap = fleet.recommend(traffic, CAL, 4, [PLAIN, DRAFT8, EAGLE], TARGETS, objective="cost")
+    cheap = plans.recommend(traffic, CAL, 4, [PLAIN, DRAFT8, EAGLE], TARGETS, objective="cost")
     assert cheap.best.capacity >= 3.0 and math.isfinite(cheap.best.cost_per_token)
     carried = [o for o in cheap.options if o.capacity >= 3.0]
     assert cheap.best.cost_per_token <= min(o.cost_per_token for o in carried) + 1e-12
     with pytest.raises(ValueError):
-        fleet.recommend(fleet.Traffic(1.0, ()), CAL, 4, [PLAIN], TARGETS)
+        plans.recommend(plans.Traffic(1.0, ()), CAL, 4, [PLAIN], TARGETS)
 
 
 def test_the_law_per_kind_sets_its_schema_share_against_the_break_even_at_its_pools_batch() -> None:
-    traffic = fleet.Traffic(3.0, kinds())
-    drafted = fleet.recommend(traffic, CAL, 2, [PLAIN, DRAFT8], TARGETS).best  # a draft model on both kinds
-    laws = {law.kind: law for law in fleet.law_by_kind(drafted, traffic, CAL, [PLAIN, DRAFT8])}
+    traffic = plans.Traffic(3.0, kinds())
+    drafted = plans.recommend(traffic, CAL, 2, [PLAIN, DRAFT8], TARGETS).best  # a draft model on both kinds
+    laws = {law.kind: law for law in plans.law_by_kind(drafted, traffic, CAL, [PLAIN, DRAFT8])}
     prose = laws["prose"]
     assert prose.pool == prose.drafter == "draft-k8" and prose.batch > 1
     assert prose.w_s == 0.0 and prose.w_s_star is not None and prose.w_s_star > 0 and prose.pays is False
     # a pure tool call has no R:F split to set w_S* by: undefined, and said why
     assert laws["tool"].w_s_star is None and "undefined" in (laws["tool"].reason or "")
     # on a plain pool, the law is set against the speculating candidate the kind was not given
-    plain = fleet.evaluate([fleet.PoolPlan(PLAIN, 2, ("tool", "prose"))], traffic, CAL, TARGETS)
-    on_plain = {law.kind: law for law in fleet.law_by_kind(plain, traffic, CAL, [PLAIN, EAGLE])}
+    plain = plans.evaluate([plans.PoolPlan(PLAIN, 2, ("tool", "prose"))], traffic, CAL, TARGETS)
+    on_plain = {law.kind: law for law in plans.law_by_kind(plain, traffic, CAL, [PLAIN, EAGLE])}
     assert on_plain["prose"].pool == "plain" and on_plain["prose"].drafter == "eagle3"
     # an EAGLE head drafts so cheaply at a small batch that it pays with no schema-bound share at all
     assert on_plain["prose"].w_s_star == 0.0 and on_plain["prose"].pays is True
@@ -114,37 +115,37 @@ def test_the_plan_prices_a_step_as_the_gate_does_with_the_configured_draft_cost(
     view = dear.view(12.0)
     assert view.draft_cost == 0.6
     assert step_seconds(CAL, view, 12.0) > step_seconds(CAL, DRAFT8.view(12.0), 12.0)
-    assert fleet._step(CAL, dear, 8, 12.0, 8.0) == pytest.approx(step_seconds(CAL, PoolView(
+    assert model._step(CAL, dear, 8, 12.0, 8.0) == pytest.approx(step_seconds(CAL, PoolView(
         "draft-k8", "draft_model", gamma=8, draft_cost=0.6), 12.0, 8.0))
-    traffic = fleet.Traffic(3.0, kinds())
-    cheap_plan = fleet.evaluate([fleet.PoolPlan(DRAFT8, 2, ("tool", "prose"))], traffic, CAL, TARGETS)
-    dear_plan = fleet.evaluate([fleet.PoolPlan(dear, 2, ("tool", "prose"))], traffic, CAL, TARGETS)
+    traffic = plans.Traffic(3.0, kinds())
+    cheap_plan = plans.evaluate([plans.PoolPlan(DRAFT8, 2, ("tool", "prose"))], traffic, CAL, TARGETS)
+    dear_plan = plans.evaluate([plans.PoolPlan(dear, 2, ("tool", "prose"))], traffic, CAL, TARGETS)
     assert dear_plan.capacity < cheap_plan.capacity
-    laws = fleet.law_by_kind(dear_plan, traffic, CAL, [PLAIN, dear])
-    cheap_laws = fleet.law_by_kind(cheap_plan, traffic, CAL, [PLAIN, DRAFT8])
+    laws = plans.law_by_kind(dear_plan, traffic, CAL, [PLAIN, dear])
+    cheap_laws = plans.law_by_kind(cheap_plan, traffic, CAL, [PLAIN, DRAFT8])
     prose = next(law for law in laws if law.kind == "prose")
     assert prose.w_s_star is not None and prose.w_s_star > next(
         law for law in cheap_laws if law.kind == "prose").w_s_star  # a dearer drafter needs more to copy
 
 
 def test_a_dynamic_k_table_is_priced_at_the_depth_its_batch_sets_and_lookup_drafters_by_what_they_copy() -> None:
-    k2, k4 = (fleet.Candidate(f"draft-k{k}", "draft_model", k, draft_prefill_ratio=0.15) for k in (2, 4))
-    table = fleet.Candidate("dynamic", "draft_model", 4, dynamic=((1, 3, 4), (4, 1024, 2)), draft_prefill_ratio=0.15)
-    light = [fleet.gpu_load(kinds(), c, CAL, 0.5, TARGETS) for c in (table, k4, k2)]
-    heavy = [fleet.gpu_load(kinds(), c, CAL, 4.0, TARGETS) for c in (table, k4, k2)]
+    k2, k4 = (plans.Candidate(f"draft-k{k}", "draft_model", k, draft_prefill_ratio=0.15) for k in (2, 4))
+    table = plans.Candidate("dynamic", "draft_model", 4, dynamic=((1, 3, 4), (4, 1024, 2)), draft_prefill_ratio=0.15)
+    light = [plans.gpu_load(kinds(), c, CAL, 0.5, TARGETS) for c in (table, k4, k2)]
+    heavy = [plans.gpu_load(kinds(), c, CAL, 4.0, TARGETS) for c in (table, k4, k2)]
     assert light[0].batch < 4 and light[0] == light[1] != light[2]  # a small batch: depth 4
     assert heavy[0].batch >= 4 and heavy[0] == heavy[2] != heavy[1]  # a large one: depth 2
-    suffix, ngram = fleet.Candidate("suffix", "suffix", 8), fleet.Candidate("ngram", "ngram", 4, lookup=(2, 4))
-    capacities = {c.name: fleet.capacity_of_gpu(kinds(), c, CAL, TARGETS) for c in (suffix, ngram, PLAIN)}
+    suffix, ngram = plans.Candidate("suffix", "suffix", 8), plans.Candidate("ngram", "ngram", 4, lookup=(2, 4))
+    capacities = {c.name: plans.capacity_of_gpu(kinds(), c, CAL, TARGETS) for c in (suffix, ngram, PLAIN)}
     assert capacities["suffix"] != capacities["ngram"] and min(capacities["suffix"], capacities["ngram"]) > 0
-    plan = fleet.recommend(fleet.Traffic(3.0, kinds()), CAL, 2, [PLAIN, suffix, ngram, table], TARGETS)
+    plan = plans.recommend(plans.Traffic(3.0, kinds()), CAL, 2, [PLAIN, suffix, ngram, table], TARGETS)
     assert {o.pools[0].candidate.name for o in plan.options if o.homogeneous} == {"plain", "suffix", "ngram",
                                                                                    "dynamic"}
 
 
 def test_the_best_assignment_for_a_fleet_as_it_runs_and_each_pools_capacity_by_kind() -> None:
-    traffic = fleet.Traffic(3.0, kinds())
-    best, capacities = fleet.best_assignment(traffic, CAL, [(EAGLE, 2), (PLAIN, 2)], TARGETS)
+    traffic = plans.Traffic(3.0, kinds())
+    best, capacities = plans.best_assignment(traffic, CAL, [(EAGLE, 2), (PLAIN, 2)], TARGETS)
     assert set(best.assignment()) == {"tool", "prose"}
     assert [c.pool for c in capacities] == ["eagle3", "plain"] and all(c.gpus == 2 for c in capacities)
     assert all(set(c.per_gpu) == {"tool", "prose"} and min(c.per_gpu.values()) > 0 for c in capacities)

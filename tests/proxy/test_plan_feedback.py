@@ -9,14 +9,14 @@ import time
 import httpx
 import pytest
 
-from draftgate.policy import fleet
-from draftgate.policy.plan_feedback import LEAST_ANSWERS, Latencies, PlanFeedback
+from draftgate.policy import plan as plans
+from draftgate.policy.plan import LEAST_ANSWERS, Latencies, PlanFeedback
 from draftgate.proxy.metrics import ProxyMetrics
 from draftgate.proxy.planner import Planner
 from draftgate.proxy.pools import PoolSet
 from tests.proxy_harness import metric_value, proxy_settings, stack
 
-TARGETS = fleet.Targets(2.0, 0.05)
+TARGETS = plans.Targets(2.0, 0.05)
 MODEL = "Qwen/Qwen3-32B"
 
 
@@ -48,19 +48,19 @@ def test_a_pool_slower_than_predicted_has_its_steps_scaled_until_the_plan_agrees
 
 
 def test_a_move_within_the_plans_observed_error_is_not_made() -> None:
-    from draftgate.proxy.planner import FleetPlan
+    from draftgate.policy.plan import FleetPlan
 
-    plain, eagle = fleet.Candidate("plain"), fleet.Candidate("eagle3", "eagle3", 3)
-    now = fleet.Composition((fleet.PoolPlan(plain, 1, ("prose",)), fleet.PoolPlan(eagle, 1, ("tool",))), 10.0, 0.0)
-    moved = fleet.Composition((fleet.PoolPlan(plain, 1, ()), fleet.PoolPlan(eagle, 1, ("prose", "tool"))), 10.5, 0.0)
+    plain, eagle = plans.Candidate("plain"), plans.Candidate("eagle3", "eagle3", 3)
+    now = plans.Composition((plans.PoolPlan(plain, 1, ("prose",)), plans.PoolPlan(eagle, 1, ("tool",))), 10.0, 0.0)
+    moved = plans.Composition((plans.PoolPlan(plain, 1, ()), plans.PoolPlan(eagle, 1, ("prose", "tool"))), 10.5, 0.0)
     assert FleetPlan(moved, [], None, now).gain == pytest.approx(0.05)
     assert FleetPlan(moved, [], None, None).gain == float("inf")  # nothing routed yet: take the plan
     # the proxy's planner keeps its routing for a 5% gain while its observed error is 10%, and takes it at 1%
     settings = proxy_settings("http://127.0.0.1:1", "http://127.0.0.1:2")
     planner = Planner(settings, PoolSet(settings.pools, 0), ProxyMetrics())
-    on, off = fleet.Candidate("spec-on", "draft_model", 8), fleet.Candidate("spec-off")
-    routed = fleet.Composition((fleet.PoolPlan(off, 1, ("prose",)), fleet.PoolPlan(on, 1, ("tool",))), 10.0, 0.0)
-    better = fleet.Composition((fleet.PoolPlan(off, 1, ()), fleet.PoolPlan(on, 1, ("prose", "tool"))), 10.5, 0.0)
+    on, off = plans.Candidate("spec-on", "draft_model", 8), plans.Candidate("spec-off")
+    routed = plans.Composition((plans.PoolPlan(off, 1, ("prose",)), plans.PoolPlan(on, 1, ("tool",))), 10.0, 0.0)
+    better = plans.Composition((plans.PoolPlan(off, 1, ()), plans.PoolPlan(on, 1, ("prose", "tool"))), 10.5, 0.0)
     planner.adopt(FleetPlan(routed, [], None, None))
     assert planner.assignment is not None and planner.assignment.of("prose") == {"spec-off": 1.0}
     planner.feedback.error = 0.10

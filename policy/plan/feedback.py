@@ -24,7 +24,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from draftgate.policy.fleet import Targets
+from draftgate.policy.plan.model import Targets
 
 SMOOTHING = 0.7  # of the way to the observed ratio, at each plan
 LEAST_ANSWERS = 20  # a pool answered fewer since the last plan is not compared

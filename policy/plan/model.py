@@ -1,6 +1,6 @@
-"""The fleet plan: which pools to run on N GPUs, how many GPUs each, and which kinds of request each serves.
+"""The plan's model: what a fleet of pools carries within the latency targets, and at what cost.
 
-Pure: traffic, calibration and candidates in, compositions out. A composition
+Pure: traffic, calibration and a composition in, its capacity and cost out. A composition
 is a set of pools, each a candidate configuration (plain, a draft model at a
 depth, an EAGLE-3 head, ngram at its lookup bounds, a dynamic-K table ...) on
 some GPUs, and an assignment of every kind of request to one pool. Its
@@ -51,21 +51,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import math
-from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from draftgate.policy import copying, law
-from draftgate.policy.assignment import PoolRates
 from draftgate.policy.calibration import Calibration
 from draftgate.policy.gate import PoolView, depth_at, drafted_per_round, predicted_taus, step_seconds
-
-MAX_POOLS = 3  # pools a recommended fleet is split into, at most: each more multiplies the compositions weighed
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +107,7 @@ class Candidate:
     max_num_batched_tokens: int = 8192
     draft_prefill_ratio: float = 0.0  # a draft model prefills the prompt too
     draft_cost: float | None = None  # the drafter's cost d as the pool is configured (None: calibration's)
-    # the running pool's steps, observed over what the calibration predicts (``plan_feedback``): 1 until the
+    # the running pool's steps, observed over what the calibration predicts (``feedback``): 1 until the
     # proxy has timed the pool against a plan
     step_scale: float = 1.0
 
@@ -193,21 +187,6 @@ class Composition:
     def assignment(self) -> dict[str, str]:
         """Kind -> the pool (candidate name) that serves it."""
         return {kind: p.candidate.name for p in self.pools for kind in p.kinds}
-
-
-@dataclass(frozen=True)
-class Recommendation:
-    best: Composition
-    best_homogeneous: Composition
-    current: Composition | None  # the fleet running now, when given
-    options: tuple[Composition, ...]  # every composition worked out, best first
-
-    @property
-    def gain(self) -> float | None:
-        """How much more the best serves than the fleet running now (capacity), as a ratio less one."""
-        if self.current is None or self.current.capacity <= 0:
-            return None
-        return self.best.capacity / self.current.capacity - 1.0
 
 
 # ---------------------------------------------------------------- one GPU
@@ -451,7 +430,7 @@ def capacity_of_gpu(kinds: Sequence[Kind], candidate: Candidate, calibration: Ca
 # ---------------------------------------------------------------- compositions
 
 
-class _Model:
+class FleetModel:
     """The plan's model of one traffic, worked out once per candidate and set of kinds (and rate)."""
 
     def __init__(self, traffic: Traffic, calibration: Calibration, targets: Targets) -> None:
@@ -501,205 +480,5 @@ class _Model:
 
 def evaluate(pools: Sequence[PoolPlan], traffic: Traffic, calibration: Calibration, targets: Targets) -> Composition:
     """A composition's capacity, and its cost and loads at the traffic's rate."""
-    model = _Model(traffic, calibration, targets)
+    model = FleetModel(traffic, calibration, targets)
     return model.costed(model.composition(pools))
-
-
-def _splits(gpus: int, parts: int) -> list[tuple[int, ...]]:
-    """Every way to give ``parts`` pools at least one GPU each, ``gpus`` in all."""
-    return [tuple(b - a for a, b in zip((0, *cut), (*cut, gpus)))
-            for cut in itertools.combinations(range(1, gpus), parts - 1)]
-
-
-def _assignments(kinds: Sequence[str], parts: int, every_pool: bool = True) -> list[tuple[tuple[str, ...], ...]]:
-    """Every way to give each kind to one of ``parts`` pools; ``every_pool``: none left without a kind, and
-    pools told apart only by their kinds (pool 0 takes the first kind: no relabelled repeats)."""
-    out = []
-    for labels in itertools.product(range(parts), repeat=len(kinds)):
-        if every_pool and (len(set(labels)) != parts or labels[0] != 0):
-            continue
-        out.append(tuple(tuple(k for k, label in zip(kinds, labels) if label == p) for p in range(parts)))
-    return out
-
-
-def recommend(traffic: Traffic, calibration: Calibration, gpus: int, candidates: Sequence[Candidate],
-              targets: Targets = Targets(), objective: str = "capacity", max_pools: int = MAX_POOLS,
-              current: Sequence[PoolPlan] | None = None) -> Recommendation:
-    """The best composition of ``gpus`` GPUs from ``candidates`` for ``traffic``, by ``objective``:
-    ``capacity`` (most traffic within the targets; a fixed fleet) or ``cost`` (fewest busy GPU-seconds
-    per token at the traffic's rate, among compositions that carry it within the targets; a fleet that
-    scales with load). Beside it, the best homogeneous fleet and, when given, the ``current`` one."""
-    if gpus < 1:
-        raise ValueError("a fleet needs at least one GPU")
-    if not candidates:
-        raise ValueError("the plan needs at least one candidate pool configuration")
-    if not traffic.kinds:
-        raise ValueError("the plan needs traffic: no kind of request was seen")
-    model = _Model(traffic, calibration, targets)
-    names = tuple(k.name for k in traffic.kinds)
-    options: list[Composition] = []
-    for parts in range(1, min(max_pools, gpus, len(names)) + 1):
-        for chosen in itertools.combinations_with_replacement(candidates, parts):
-            for assignment in _assignments(names, parts):
-                for split in _splits(gpus, parts):
-                    options.append(model.composition([PoolPlan(c, n, k) for c, n, k in zip(chosen, split, assignment)]))
-    options = _ranked(options, model, objective)
-    homogeneous = next(o for o in options if o.homogeneous)
-    now = model.costed(model.composition(current)) if current else None
-    return Recommendation(options[0], homogeneous, now, tuple(options))
-
-
-def best_assignment(traffic: Traffic, calibration: Calibration, pools: Sequence[tuple[Candidate, int]],
-                    targets: Targets = Targets(), objective: str = "capacity") -> tuple[Composition, list[PoolRates]]:
-    """For a fleet that is what it is (each pool a candidate configuration on some GPUs): which pool each
-    kind should go to, by ``objective``; and what each GPU of each pool, at the pool's size, takes of each kind
-    alone (what the assignment spills by, ``assignment.spill``)."""
-    if not pools:
-        raise ValueError("the fleet has no pool")
-    if not traffic.kinds:
-        raise ValueError("the plan needs traffic: no kind of request was seen")
-    model = _Model(traffic, calibration, targets)
-    names = tuple(k.name for k in traffic.kinds)
-    options = [model.composition([PoolPlan(c, n, kinds) for (c, n), kinds in zip(pools, assignment)])
-               for assignment in _assignments(names, len(pools), every_pool=False)]
-    best = _ranked(options, model, objective)[0]
-    capacities = [PoolRates(c.name, n, {k: model.per_gpu(c, (k,), n) for k in names}) for c, n in pools]
-    return best, capacities
-
-
-def _ranked(options: list[Composition], model: _Model, objective: str) -> list[Composition]:
-    """Best first. ``capacity``: the most traffic within the targets, then the cheapest, then the fewest
-    pools. ``cost``: among those that carry the traffic's rate, the cheapest; then the rest by capacity.
-    Only the options in the running are costed."""
-    rate = model.traffic.requests_per_second
-    if objective == "capacity":
-        options.sort(key=lambda o: -o.capacity)
-        top = options[0].capacity
-        leaders = [model.costed(o) for o in options if o.capacity >= top * (1 - 1e-6)]
-        leaders.sort(key=lambda o: (o.cost_per_token, len(o.pools)))
-        return leaders + [o for o in options if o.capacity < top * (1 - 1e-6)]
-    if objective == "cost":
-        carried = sorted((model.costed(o) for o in options if o.capacity >= rate),
-                         key=lambda o: (o.cost_per_token, -o.capacity, len(o.pools)))
-        rest = sorted((o for o in options if o.capacity < rate), key=lambda o: -o.capacity)
-        return carried + rest
-    raise ValueError(f"objective must be capacity or cost, got {objective!r}")
-
-
-@dataclass(frozen=True)
-class KindLaw:
-    """The Draft Law for one kind where the plan puts it: its schema share ``w_s`` against the share
-    ``w_s_star`` at which ``drafter`` breaks even at the batch the kind's pool runs (None, with
-    ``reason``, where no share makes it pay or every share does)."""
-
-    kind: str
-    pool: str
-    drafter: str  # the kind's pool when it speculates, else the speculating candidate it was not given
-    batch: float
-    w_s: float
-    w_s_star: float | None
-    reason: str | None
-
-    @property
-    def pays(self) -> bool | None:
-        return None if self.w_s_star is None else self.w_s >= self.w_s_star
-
-    def describe(self) -> str:
-        where = f"{self.kind} on {self.pool} (batch {self.batch:.1f}): w_S {self.w_s:.2f}"
-        if self.w_s_star is None:
-            return f"{where}; w_S* for {self.drafter} undefined: {self.reason}"
-        verdict = "speculation pays" if self.pays else "speculation costs capacity"
-        return f"{where} against w_S* {self.w_s_star:.2f} for {self.drafter}: {verdict}"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "pool": self.pool, "drafter": self.drafter, "batch": round(self.batch, 3),
-                "w_s": round(self.w_s, 4), "w_s_star": None if self.w_s_star is None else round(self.w_s_star, 4),
-                "pays": self.pays, "reason": self.reason, "summary": self.describe()}
-
-
-def law_by_kind(composition: Composition, traffic: Traffic, calibration: Calibration,
-                candidates: Sequence[Candidate]) -> list[KindLaw]:
-    """Per kind, at the batch its pool runs (``composition.loads``, at the traffic's rate): w_S against
-    w_S* for its pool's drafter, or, on a plain pool, for the first speculating candidate."""
-    drafters = [c for c in candidates if c.speculative]
-    out = []
-    for plan, load in zip(composition.pools, composition.loads or (None,) * len(composition.pools)):
-        against = plan.candidate if plan.candidate.speculative else next(iter(drafters), None)
-        if against is None:
-            continue
-        batch = load.batch if load is not None and math.isfinite(load.batch) else 1.0
-        depth = against.depth_at(max(1.0, batch)) or against.gamma
-        cal = calibration.pool(against.name, depth, against.method)
-        drafter = law.Drafter(depth, cal.delta(max(1.0, batch)), cal.draft_cost_with(against.draft_cost))
-        view = PoolView(against.name, against.method, gamma=depth, lookup=against.lookup)
-        for name in plan.kinds:
-            kind = traffic.kind(name)
-            ws = law.break_even_ws_spans(predicted_taus(calibration, view, kind.temperature, kind.copyable), drafter,
-                                         kind.mix)
-            star = None if ws.value is None or math.isnan(ws.value) else ws.value
-            out.append(KindLaw(name, plan.candidate.name, against.name, batch, kind.mix.s, star, ws.reason))
-    return out
-
-
-def kinds_from(rows: Sequence[Mapping[str, float | str]], samples: int = 64) -> tuple[Kind, ...]:
-    """Kinds from per-request rows ``{kind, output_tokens, prefill_tokens, w_s, w_r, temperature}``; each
-    kind keeps up to ``samples`` of its requests, spread evenly over the order they came in."""
-    by_kind: dict[str, list[Mapping[str, float | str]]] = {}
-    for row in rows:
-        by_kind.setdefault(str(row["kind"]), []).append(row)
-    total = len(rows)
-    kinds = []
-    for name, found in sorted(by_kind.items()):
-        n = len(found)
-
-        def mean(key: str, rows_: list[Mapping[str, float | str]] = found) -> float:
-            return sum(float(r.get(key, 0.0) or 0.0) for r in rows_) / len(rows_)
-
-        w_s = min(1.0, max(0.0, mean("w_s")))
-        w_r = min(max(0.0, mean("w_r")), 1.0 - w_s)
-        kept = [found[i * n // min(n, samples)] for i in range(min(n, samples))]
-        requests = tuple((float(r["output_tokens"]), float(r.get("prefill_tokens", 0.0) or 0.0)) for r in kept)
-        kinds.append(Kind(name, n / total, requests, law.ClassMix(w_s, w_r, 1.0 - w_s - w_r), mean("temperature")))
-    return tuple(kinds)
-
-
-def default_candidates(max_num_seqs: int = 1024, max_num_batched_tokens: int = 8192) -> tuple[Candidate, ...]:
-    """What the plan chooses among unless told otherwise: plain; a draft model at depth 2, 4 and 8; an
-    EAGLE-3 head at depth 3; ngram at depth 4 with lookup 2-4."""
-    seqs, batched = max_num_seqs, max_num_batched_tokens
-    return (Candidate("plain", max_num_seqs=seqs, max_num_batched_tokens=batched),
-            *(Candidate(f"draft-k{k}", "draft_model", k, max_num_seqs=seqs, max_num_batched_tokens=batched,
-                        draft_prefill_ratio=0.15) for k in (2, 4, 8)),
-            Candidate("eagle3-k3", "eagle3", 3, max_num_seqs=seqs, max_num_batched_tokens=batched),
-            Candidate("ngram-k4", "ngram", 4, lookup=(2, 4), max_num_seqs=seqs, max_num_batched_tokens=batched))
-
-
-class TrafficWindow:
-    """The requests of the last ``seconds`` (at most ``capacity`` of them), as the plan reads traffic:
-    each one's kind, its output and the prompt it brought to prefill, its S/R/F split, its temperature."""
-
-    def __init__(self, seconds: float = 600.0, capacity: int = 5000) -> None:
-        self.seconds = seconds
-        self.rows: deque[tuple[float, dict[str, float | str]]] = deque(maxlen=capacity)
-
-    def add(self, now: float, kind: str, output_tokens: float, prefill_tokens: float, w_s: float, w_r: float,
-            temperature: float, model: str = "") -> None:
-        self.rows.append((now, {"kind": kind, "output_tokens": output_tokens, "prefill_tokens": prefill_tokens,
-                                "w_s": w_s, "w_r": w_r, "temperature": temperature, "model": model}))
-
-    def busiest_model(self) -> str | None:
-        """The model most of the window's requests named (None: none named one)."""
-        counts: dict[str, int] = {}
-        for _, row in self.rows:
-            if row["model"]:
-                counts[str(row["model"])] = counts.get(str(row["model"]), 0) + 1
-        return max(sorted(counts), key=lambda m: counts[m]) if counts else None
-
-    def traffic(self, now: float) -> Traffic | None:
-        """What the window holds, its rate over the time it spans; None with fewer than two requests."""
-        while self.rows and self.rows[0][0] < now - self.seconds:
-            self.rows.popleft()
-        if len(self.rows) < 2:
-            return None
-        span = max(1.0, now - self.rows[0][0])
-        return Traffic(len(self.rows) / span, kinds_from([row for _, row in self.rows]))
