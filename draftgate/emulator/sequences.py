@@ -124,28 +124,36 @@ class SequenceMaker:
             out.append(Written(gen, wire.finish_reason(gen, truncated), temperature, digest, index))
         return out
 
-    def drafted(self, body: dict[str, Any], endpoint: str, prompt: Prompt, written: Written) -> Answer:
-        """``written`` as this server's drafter meets it, token by token."""
+    def drafted(self, body: dict[str, Any], endpoint: str, prompt: Prompt, written: Written,
+                answers: AnswerCache | None = None) -> Answer:
+        """``written`` as this server's drafter meets it, token by token. ``answers``: for suffix
+        decoding, the answers given before on the server the request runs on, when that is not this
+        maker's own (a simulated fleet keeps one a replica)."""
         config = self.config
         speculate = config.spec is not None and not runs_without_speculation(
             body, self.profile.generation_defaults, endpoint, self.profile.speculation_blocked_by)
         tokens = written.generated.tokens
-        lookups = self._lookups(prompt.tokens, [t.text for t in tokens]) if self.lookup_drafter else None
+        lookups = (self._lookups(prompt.tokens, [t.text for t in tokens],
+                                  answers if answers is not None else self.answers)
+                   if self.lookup_drafter else None)
         positions = position_model([t.kind for t in tokens], self.profile, written.temperature,
                                    np.random.default_rng([config.seed, written.digest & 0xFFFFFFFF, written.index]),
                                    self.misalignment, lookups)
         return Answer(written, speculate, positions)
 
-    def _lookups(self, prompt: list[str], output: list[str]) -> tuple[list[int], list[int]]:
-        """What the lookup drafter proposes and gets right from each output position."""
+    def _lookups(self, prompt: list[str], output: list[str], answers: AnswerCache | None
+                 ) -> tuple[list[int], list[int]]:
+        """What the lookup drafter proposes and gets right from each output position; a suffix
+        drafter also copies from ``answers``, which then holds this one too."""
         spec = self.config.spec
         assert spec is not None
         depth = max([spec.num_speculative_tokens, *(k for _, _, k in spec.per_batch_size)])
-        proposer: Proposer = (SuffixProposer(prompt, self.answers) if self.answers is not None
+        suffix = spec.method == "suffix"
+        proposer: Proposer = (SuffixProposer(prompt, answers) if suffix
                               else NgramProposer(prompt, spec.lookup_min, spec.lookup_max))
         runs = runs_from_each_position(proposer, output, depth)
-        if self.answers is not None:
-            self.answers.add(output)
+        if suffix and answers is not None:
+            answers.add(output)
         return runs
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from draftgate.emulator import wire
 from draftgate.emulator.app import EmulatorConfig
 from draftgate.emulator.engine import Sequence
+from draftgate.emulator.lookup import AnswerCache
 from draftgate.emulator.profile import EngineProfile
 from draftgate.emulator.sequences import Answer, Prompt, SequenceMaker, Written, sequence
 from draftgate.emulator.tokens import salted
@@ -66,19 +67,27 @@ class Bank:
             maker = self._makers[signature] = SequenceMaker(EmulatorConfig(MODEL, self.profile, spec, seed=self.seed))
         return maker
 
-    def answer(self, request: Prepared, pool: PoolSpec) -> Answer:
+    def answer(self, request: Prepared, pool: PoolSpec, answers: AnswerCache | None = None) -> Answer:
+        """``request``'s answer as ``pool`` drafts it. Kept for the next run, except a suffix pool's: its
+        drafts copy from ``answers``, what the replica serving it answered before, so they are drafted
+        anew on each replica (a run's figures must not depend on what an earlier run in the process
+        left in a cache)."""
+        if request.written is None:
+            request.written = self.maker(None).written(request.body, "chat")[0]
+        if answers is not None:
+            return self.maker(pool).drafted(request.body, "chat", request.prompt, request.written, answers)
         signature = pool.signature if pool.speculative else ()
         found = request.answers.get(signature)
         if found is None:
-            if request.written is None:
-                request.written = self.maker(None).written(request.body, "chat")[0]
             found = request.answers[signature] = self.maker(pool).drafted(request.body, "chat", request.prompt,
                                                                            request.written)
         return found
 
-    def sequence(self, request: Prepared, pool: PoolSpec, salt: str) -> Sequence:
-        """A fresh sequence of ``request`` for one of ``pool``'s servers, its cache blocks under ``salt``."""
-        return sequence(request.prompt, salted(request.prompt.hashes, salt), self.answer(request, pool))
+    def sequence(self, request: Prepared, pool: PoolSpec, salt: str, answers: AnswerCache | None = None
+                 ) -> Sequence:
+        """A fresh sequence of ``request`` for one of ``pool``'s servers, its cache blocks under ``salt``;
+        ``answers``: that server's earlier answers, for a suffix pool (``answer``)."""
+        return sequence(request.prompt, salted(request.prompt.hashes, salt), self.answer(request, pool, answers))
 
     def observed(self, request: Prepared, seq: Sequence, legacy_guided: bool, reasoning_hidden: bool
                  ) -> ObservedStructure:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from draftgate.emulator.engine import Engine, Sequence, Step
+from draftgate.emulator.lookup import AnswerCache
 from draftgate.evaluate.fleet import Fleet, PoolSpec
 from draftgate.evaluate.requests import Bank, Prepared
 from draftgate.policy.calibration import Calibration
@@ -120,7 +121,7 @@ class Run:
 class _Replica:
     """One GPU of the fleet: its engine and the proxy's record of it."""
 
-    __slots__ = ("spec", "proxy", "engine", "stepping", "step_ends")
+    __slots__ = ("spec", "proxy", "engine", "stepping", "step_ends", "answers")
     engine: Engine  # made once the replica is, to tell it what it does
 
     def __init__(self, spec: PoolSpec, proxy: Replica) -> None:
@@ -128,6 +129,8 @@ class _Replica:
         self.proxy = proxy
         self.stepping = False
         self.step_ends = 0.0  # of the step it runs, when it runs one
+        # suffix decoding copies from the answers this replica gave before, as a vLLM server does
+        self.answers = AnswerCache() if spec.speculative and spec.method == "suffix" else None
 
 
 class _Told:
@@ -271,7 +274,7 @@ class Simulation:
         chosen.start()
         job.replica = chosen
         job.served.pool = pool.name
-        seq = self.bank.sequence(request, replica.spec, job.body["cache_salt"])
+        seq = self.bank.sequence(request, replica.spec, job.body["cache_salt"], replica.answers)
         self._jobs[seq] = job
         replica.engine.submit(seq, self.now)
         if not replica.stepping:

@@ -3,6 +3,7 @@ deploy, one per fleet, and the gate in front of the fleet its plan recommends.""
 
 from __future__ import annotations
 
+from draftgate.emulator.lookup import SUFFIX_TREE_DEPTH as SUFFIX_DEPTH
 from draftgate.evaluate.fleet import Fleet, PoolSpec
 from draftgate.policy.plan import Candidate, Composition
 
@@ -30,6 +31,8 @@ FIXED: dict[str, PoolSpec] = {
     "always on K=8": PoolSpec("draft-k8", 1, "draft_model", 8),
     f"always EAGLE-3 K={EAGLE_DEPTH}": PoolSpec(f"eagle3-k{EAGLE_DEPTH}", 1, "eagle3", EAGLE_DEPTH),
     "always ngram K=4": PoolSpec("ngram-k4", 1, "ngram", 4, NGRAM_LOOKUP),
+    # suffix decoding at vLLM's default depth, its tree's, which bounds the match and what is drafted together
+    f"always suffix K={SUFFIX_DEPTH}": PoolSpec(f"suffix-k{SUFFIX_DEPTH}", 1, "suffix", SUFFIX_DEPTH),
 }
 
 
