@@ -89,6 +89,7 @@ class AnswerCache:
     _answers: deque[tuple[Hashable, ...]] = field(default_factory=deque)
     _latest: dict[tuple[Hashable, ...], tuple[int, int]] = field(default_factory=dict)
     _serial: int = 0
+    _evicted: int = 0  # answers evicted since the index last dropped what pointed into them
 
     def add(self, answer: Sequence[Hashable]) -> None:
         tokens = tuple(answer)
@@ -98,13 +99,17 @@ class AnswerCache:
         self._serial += 1
         if len(self._answers) > self.size:
             self._answers.popleft()
+            self._evicted += 1
         serial = self._serial
         for end in range(1, len(tokens)):
             for n in range(1, min(self.longest, end) + 1):
                 self._latest[tokens[end - n:end]] = (serial, end)
-        if len(self._latest) > 64 * self.size * self.longest:  # drop what pointed into evicted answers
+        # drop what points into evicted answers once as many were evicted as are kept: the index stays within
+        # twice the live answers', and is rebuilt once every ``size`` answers rather than on every one
+        if self._evicted >= self.size:
             oldest = serial - len(self._answers) + 1
             self._latest = {key: at for key, at in self._latest.items() if at[0] >= oldest}
+            self._evicted = 0
 
     def continuation(self, suffix: tuple[Hashable, ...], k: int) -> tuple[Hashable, ...]:
         found = self._latest.get(suffix)

@@ -58,6 +58,19 @@ def test_suffix_decoding_also_copies_from_earlier_answers_and_speculates_less_af
     assert len(proposer.propose(16)) == 1
 
 
+def test_the_answer_cache_forgets_evicted_answers_and_its_index_stays_within_twice_the_live_ones() -> None:
+    cache = AnswerCache(size=4, longest=3)
+    answers = [[f"a{i}", f"b{i}", f"c{i}", f"d{i}", f"e{i}"] for i in range(20)]
+    largest = 0
+    for answer in answers:
+        cache.add(answer)
+        largest = max(largest, len(cache._latest))
+        assert cache.continuation((answer[0], answer[1]), 2) == (answer[2], answer[3])  # the newest, found
+    assert cache.continuation(("a0", "b0"), 2) == ()  # evicted long ago
+    live = 4 * sum(min(3, end) for end in range(1, 5))  # the n-grams four answers of five tokens index
+    assert largest <= 2 * live
+
+
 def test_the_predictor_reads_what_a_request_holds_to_copy() -> None:
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
         "type": "object", "properties": {"city": {"type": "string"}}}}}]
