@@ -17,7 +17,7 @@ structure (``draftgate.policy.copying``).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -111,6 +111,10 @@ class AnswerCache:
             self._latest = {key: at for key, at in self._latest.items() if at[0] >= oldest}
             self._evicted = 0
 
+    def indexed(self, tail: tuple[Hashable, ...]) -> int:
+        """How many of ``tail``'s last tokens are indexed together (``longest_indexed``)."""
+        return longest_indexed(self._latest, tail)
+
     def continuation(self, suffix: tuple[Hashable, ...], k: int) -> tuple[Hashable, ...]:
         found = self._latest.get(suffix)
         if found is None:
@@ -134,27 +138,45 @@ class SuffixProposer:
         self.extend(prompt)
 
     def extend(self, tokens: Sequence[Hashable]) -> None:
-        context = self.context
+        context, latest = self.context, self._latest
         for token in tokens:
             # index the n-grams ending just before this token, so the newest suffix never matches itself
             end = len(context)
-            for n in range(1, min(SUFFIX_LONGEST_MATCH, end) + 1):
-                self._latest[tuple(context[end - n:end])] = end
+            tail = tuple(context[-SUFFIX_LONGEST_MATCH:])
+            for start in range(len(tail)):
+                latest[tail[start:]] = end
             context.append(token)
 
     def propose(self, k: int) -> Sequence[Hashable]:
-        context = self.context
-        for n in range(min(SUFFIX_LONGEST_MATCH, len(context)), 0, -1):
-            suffix = tuple(context[-n:])
+        """The continuation of the longest suffix found here or in the cache, here first at a length.
+
+        An n-gram is indexed only with every shorter suffix of it, here and in the cache, so the
+        suffixes each index holds are those up to some length: counted up from one token rather than
+        tried from the longest down (most positions match a token or two)."""
+        context, cache = self.context, self.cache
+        tail = tuple(context[-SUFFIX_LONGEST_MATCH:])
+        here = longest_indexed(self._latest, tail)
+        there = cache.indexed(tail) if cache is not None else 0
+        for n in range(max(here, there), 0, -1):
             limit = min(k, int(SUFFIX_SPEC_FACTOR * n), SUFFIX_TREE_DEPTH - n)
             if limit <= 0:
                 continue
-            end = self._latest.get(suffix)
-            if end is not None:
+            suffix = tail[len(tail) - n:]
+            if n <= here:
+                end = self._latest[suffix]
                 return context[end:end + limit]
-            if self.cache is not None and (found := self.cache.continuation(suffix, limit)):
+            if cache is not None and (found := cache.continuation(suffix, limit)):
                 return found
         return ()
+
+
+def longest_indexed(index: Mapping[tuple[Hashable, ...], object], tail: tuple[Hashable, ...]) -> int:
+    """The most of ``tail``'s last tokens that ``index`` holds as one key, where it holds every shorter
+    suffix of each key it holds."""
+    n, top = 0, len(tail)
+    while n < top and tail[top - n - 1:] in index:
+        n += 1
+    return n
 
 
 @dataclass(frozen=True)

@@ -3,12 +3,23 @@
 
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
+from collections.abc import Hashable, Sequence
 
 import pytest
 
-from draftgate.emulator.lookup import AnswerCache, NgramProposer, SuffixProposer, replay, runs_from_each_position
+from draftgate.emulator.lookup import (
+    SUFFIX_LONGEST_MATCH,
+    SUFFIX_SPEC_FACTOR,
+    SUFFIX_TREE_DEPTH,
+    AnswerCache,
+    NgramProposer,
+    SuffixProposer,
+    replay,
+    runs_from_each_position,
+)
 from draftgate.policy import copying
 from draftgate.policy.calibration import Calibration, PoolCalibration
 from draftgate.policy.gate import PoolView, decide, predicted_taus
@@ -69,6 +80,34 @@ def test_the_answer_cache_forgets_evicted_answers_and_its_index_stays_within_twi
     assert cache.continuation(("a0", "b0"), 2) == ()  # evicted long ago
     live = 4 * sum(min(3, end) for end in range(1, 5))  # the n-grams four answers of five tokens index
     assert largest <= 2 * live
+
+
+class _EveryLength(SuffixProposer):
+    """Suffix decoding as its rule reads: every length tried, from the longest down."""
+
+    def propose(self, k: int) -> Sequence[Hashable]:
+        for n in range(min(SUFFIX_LONGEST_MATCH, len(self.context)), 0, -1):
+            suffix = tuple(self.context[-n:])
+            limit = min(k, int(SUFFIX_SPEC_FACTOR * n), SUFFIX_TREE_DEPTH - n)
+            end = self._latest.get(suffix)
+            if limit > 0 and end is not None:
+                return self.context[end:end + limit]
+            if limit > 0 and self.cache is not None and (found := self.cache.continuation(suffix, limit)):
+                return found
+        return ()
+
+
+def test_suffix_decoding_proposes_what_trying_every_length_from_the_longest_would() -> None:
+    rng = random.Random(7)
+    ours, every = AnswerCache(size=6), AnswerCache(size=6)
+    for _ in range(40):  # answers over a small vocabulary repeat their n-grams, and the caches evict
+        prompt = [rng.randrange(12) for _ in range(rng.randrange(0, 30))]
+        answer = [rng.randrange(12) for _ in range(rng.randrange(1, 80))]
+        for k in (1, 4, 24):
+            assert runs_from_each_position(SuffixProposer(prompt, ours), answer, k) == runs_from_each_position(
+                _EveryLength(prompt, every), answer, k)
+        ours.add(answer)
+        every.add(answer)
 
 
 def test_the_predictor_reads_what_a_request_holds_to_copy() -> None:
