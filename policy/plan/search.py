@@ -15,8 +15,6 @@ from draftgate.policy.calibration import Calibration
 from draftgate.policy.plan.assignment import PoolRates
 from draftgate.policy.plan.model import Candidate, Composition, FleetModel, PoolPlan, Targets, Traffic
 
-# vLLM's suffix decoding drafts up to its tree's depth (suffix_decoding_max_tree_depth, 24) by default
-SUFFIX_DEPTH = 24
 # a dynamic K table ([lo, hi, K] by batch size) for the default candidates: 4 tokens while batches are small,
 # 2 to 32 running, none past; the verdict picks its own per seed among several
 DYNAMIC_TABLE = ((1, 8, 4), (9, 32, 2), (33, 1024, 0))
@@ -120,15 +118,14 @@ def _ranked(options: list[Composition], model: FleetModel, objective: str) -> li
 
 
 def default_candidates(max_num_seqs: int = 1024, max_num_batched_tokens: int = 8192) -> tuple[Candidate, ...]:
-    """What the plan chooses among unless told otherwise, every configuration the verdict compares:
-    plain; a draft model at depth 2, 4 and 8, and at a depth that falls with the batch (vLLM's dynamic
-    K, ``DYNAMIC_TABLE``); an EAGLE-3 head at depth 3; ngram at depth 4 with lookup 2-4; suffix
-    decoding at vLLM's default depth."""
+    """What the plan chooses among unless told otherwise: plain; a draft model at depth 2, 4 and 8, and at a
+    depth that falls with the batch (vLLM's dynamic K, ``DYNAMIC_TABLE``); an EAGLE-3 head at depth 3; ngram
+    at depth 4 with lookup 2-4. Every configuration the verdict plans with; suffix decoding, which it
+    compares but does not plan with (docs/plan.md), is a candidate when configured as one."""
     common = {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens}
     return (Candidate("plain", **common),
             *(Candidate(f"draft-k{k}", "draft_model", k, draft_prefill_ratio=0.15, **common) for k in (2, 4, 8)),
             Candidate("dynamic-k", "draft_model", max(k for _, _, k in DYNAMIC_TABLE), dynamic=DYNAMIC_TABLE,
                       draft_prefill_ratio=0.15, **common),
             Candidate("eagle3-k3", "eagle3", 3, **common),
-            Candidate("ngram-k4", "ngram", 4, lookup=(2, 4), **common),
-            Candidate(f"suffix-k{SUFFIX_DEPTH}", "suffix", SUFFIX_DEPTH, **common))
+            Candidate("ngram-k4", "ngram", 4, lookup=(2, 4), **common))

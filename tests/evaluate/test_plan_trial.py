@@ -154,15 +154,15 @@ def test_the_verdict_says_when_the_gates_fleet_differs_between_seeds() -> None:
     assert "seed 2 1 plain (prose) + 3 eagle3-k3 (tool_auto)" in said
 
 
-def test_the_plans_default_candidates_are_every_configuration_the_verdict_compares() -> None:
-    from draftgate.emulator.lookup import SUFFIX_TREE_DEPTH
-    from draftgate.evaluate.strategies import DYNAMIC_TABLES, candidates
+def test_the_plans_default_candidates_are_every_configuration_the_verdict_plans_with() -> None:
+    from draftgate.evaluate.strategies import DYNAMIC_TABLES, FIXED, PLANNED, SUFFIX, candidates
     from draftgate.policy.plan import default_candidates
 
     def configuration(c: Candidate) -> tuple[Any, ...]:
         return c.method, c.gamma if not c.dynamic else "dynamic", c.lookup if c.method == "ngram" else None
 
-    compared = {configuration(c) for c in candidates(1024, 8192, DYNAMIC_TABLES[0])}
-    planned = {configuration(c) for c in default_candidates()}
-    assert planned == compared
-    assert ("suffix", SUFFIX_TREE_DEPTH, None) in planned and (None, 0, None) in planned
+    planned = {configuration(c) for c in candidates(1024, 8192, DYNAMIC_TABLES[0])}
+    assert {configuration(c) for c in default_candidates()} == planned
+    assert any(c.dynamic for c in default_candidates()) and (None, 0, None) in planned
+    # suffix decoding is compared, and only compared
+    assert set(FIXED) - set(PLANNED) == {SUFFIX} and all(c.method != "suffix" for c in default_candidates())
