@@ -1,6 +1,6 @@
 """The error no plan can go below: one fleet's capacity on the calibration part of the traffic against
 the verdict part, on the seed's own hardware, and the verdict part's capacity measured over a window of
-the default size against one four times as long.
+the default size against one four times as long (its cap in seconds too).
 
     python -m bench.plan_error_floor [--gpus 8] [--strategy "always EAGLE-3 K=3"]
         [--ttft-target-ms 2000] [--tpot-target-ms 50] [--seeds 1,2,3,4,5] [--requests N]
@@ -24,14 +24,19 @@ from draftgate.policy.plan import Targets
 from draftgate.workloads import mix
 
 
-def capacity_on(unit: bench.Unit, split: mix.Split, requests: int, targets: Targets) -> float:
-    """``unit``'s capacity a GPU on ``split``, searched as the verdict searches it."""
+def capacity_on(unit: bench.Unit, split: mix.Split, requests: int, targets: Targets, longest: float) -> float:
+    """``unit``'s capacity a GPU on ``split``, searched as the verdict searches it, its windows at most
+    ``longest`` seconds (the verdict's is ``capacity.LONGEST_WINDOW_SECONDS``)."""
 
     def measure(per_gpu: float) -> capacity.Point:
         rate = per_gpu * unit.gpus
         return capacity.point(bench.simulate(unit, rate, requests, targets, split), rate, targets)
 
-    return capacity.search(measure, list(bench.RATES_PER_GPU), bench.Options().bisections).rate
+    kept, capacity.LONGEST_WINDOW_SECONDS = capacity.LONGEST_WINDOW_SECONDS, longest
+    try:
+        return capacity.search(measure, list(bench.RATES_PER_GPU), bench.Options().bisections).rate
+    finally:
+        capacity.LONGEST_WINDOW_SECONDS = kept
 
 
 def main() -> None:
@@ -52,9 +57,10 @@ def main() -> None:
     for seed in (int(s) for s in args.seeds.split(",")):
         unit = bench.Unit(seed, args.gpus, args.strategy, Fleet((FIXED[args.strategy],)).resized(args.gpus),
                           Calibration(), False)
-        planned = capacity_on(unit, "calibration", requests, targets)
-        measured = capacity_on(unit, "verdict", requests, targets)
-        longer = capacity_on(unit, "verdict", 4 * requests, targets)
+        window = capacity.LONGEST_WINDOW_SECONDS
+        planned = capacity_on(unit, "calibration", requests, targets, window)
+        measured = capacity_on(unit, "verdict", requests, targets, window)
+        longer = capacity_on(unit, "verdict", 4 * requests, targets, 4 * window)
         print(f"{seed:>4}  {planned:16.2f}  {measured:12.2f}  {planned / measured - 1:+10.0%}  {longer:18.2f}  "
               f"{measured / longer - 1:+13.0%}", flush=True)
 
