@@ -147,27 +147,73 @@ class SuffixProposer:
                 latest[tail[start:]] = end
             context.append(token)
 
-    def propose(self, k: int) -> Sequence[Hashable]:
-        """The continuation of the longest suffix found here or in the cache, here first at a length.
-
-        An n-gram is indexed only with every shorter suffix of it, here and in the cache, so the
-        suffixes each index holds are those up to some length: counted up from one token rather than
-        tried from the longest down (most positions match a token or two)."""
-        context, cache = self.context, self.cache
-        tail = tuple(context[-SUFFIX_LONGEST_MATCH:])
+    def own_match(self) -> tuple[int, int]:
+        """The longest suffix of the context that occurred earlier in it: its length, and where its
+        latest occurrence ends (0, 0: none)."""
+        tail = tuple(self.context[-SUFFIX_LONGEST_MATCH:])
         here = longest_indexed(self._latest, tail)
-        there = cache.indexed(tail) if cache is not None else 0
-        for n in range(max(here, there), 0, -1):
-            limit = min(k, int(SUFFIX_SPEC_FACTOR * n), SUFFIX_TREE_DEPTH - n)
-            if limit <= 0:
-                continue
-            suffix = tail[len(tail) - n:]
-            if n <= here:
-                end = self._latest[suffix]
-                return context[end:end + limit]
-            if cache is not None and (found := cache.continuation(suffix, limit)):
-                return found
+        return here, self._latest[tail[len(tail) - here:]] if here else 0
+
+    def propose(self, k: int) -> Sequence[Hashable]:
+        here, end = self.own_match()
+        return _suffix_draft(self.context, len(self.context), here, end, k, self.cache)
+
+
+@dataclass(frozen=True)
+class OwnMatches:
+    """What suffix decoding finds in a request's own context at each output position
+    (``SuffixProposer.own_match``). No other request's answer changes it, so a simulation works it out
+    once a request, and only the answer cache is read again on each replica (``suffix_runs``)."""
+
+    lengths: tuple[int, ...]
+    ends: tuple[int, ...]
+
+    @classmethod
+    def of(cls, prompt: Sequence[Hashable], output: Sequence[Hashable]) -> OwnMatches:
+        proposer = SuffixProposer(prompt)
+        found = []
+        for token in output:
+            found.append(proposer.own_match())
+            proposer.extend((token,))
+        return cls(tuple(here for here, _ in found), tuple(end for _, end in found))
+
+
+def _suffix_draft(context: Sequence[Hashable], length: int, here: int, end: int, k: int,
+                  cache: AnswerCache | None) -> Sequence[Hashable]:
+    """The continuation of the longest suffix of ``context[:length]`` found in it (``here`` tokens long,
+    its latest occurrence ending at ``end``) or in ``cache``, the context first at a length.
+
+    An n-gram is indexed only with every shorter suffix of it, in the context and in the cache, so the
+    suffixes each holds are those up to some length: counted up from one token rather than tried from
+    the longest down (most positions match a token or two)."""
+    if k <= 0:
         return ()
+    tail = tuple(context[max(0, length - SUFFIX_LONGEST_MATCH):length])
+    there = cache.indexed(tail) if cache is not None else 0
+    for n in range(max(here, there), 0, -1):
+        limit = min(k, int(SUFFIX_SPEC_FACTOR * n), SUFFIX_TREE_DEPTH - n)
+        if n <= here:  # the first length the context holds is ``here`` itself (``limit`` > 0 at any)
+            return context[end:min(end + limit, length)]
+        if cache is not None and (found := cache.continuation(tail[len(tail) - n:], limit)):
+            return found
+    return ()
+
+
+def suffix_runs(prompt: Sequence[Hashable], output: Sequence[Hashable], k: int, own: OwnMatches,
+                cache: AnswerCache | None) -> tuple[list[int], list[int]]:
+    """``runs_from_each_position`` for a suffix drafter over ``cache``, with the request's ``own``
+    matches worked out before."""
+    context = [*prompt, *output]
+    start = len(prompt)
+    proposed, matching = [], []
+    for i in range(len(output)):
+        draft = _suffix_draft(context, start + i, own.lengths[i], own.ends[i], k, cache)
+        run = 0
+        while run < len(draft) and i + run < len(output) and draft[run] == output[i + run]:
+            run += 1
+        proposed.append(len(draft))
+        matching.append(run)
+    return proposed, matching
 
 
 def longest_indexed(index: Mapping[tuple[Hashable, ...], object], tail: tuple[Hashable, ...]) -> int:

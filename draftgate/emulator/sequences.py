@@ -17,7 +17,15 @@ import numpy as np
 
 from draftgate.emulator import wire
 from draftgate.emulator.engine import Sequence
-from draftgate.emulator.lookup import AnswerCache, NgramProposer, Proposer, SuffixProposer, runs_from_each_position
+from draftgate.emulator.lookup import (
+    AnswerCache,
+    NgramProposer,
+    OwnMatches,
+    Proposer,
+    SuffixProposer,
+    runs_from_each_position,
+    suffix_runs,
+)
 from draftgate.emulator.speculation import PositionModel, position_model
 from draftgate.emulator.textgen import Generated, OutputToken, generate, request_digest
 from draftgate.emulator.tokens import block_hashes, render_chat_prompt, salted, tokenize
@@ -125,33 +133,37 @@ class SequenceMaker:
         return out
 
     def drafted(self, body: dict[str, Any], endpoint: str, prompt: Prompt, written: Written,
-                answers: AnswerCache | None = None) -> Answer:
-        """``written`` as this server's drafter meets it, token by token. ``answers``: for suffix
-        decoding, the answers given before on the server the request runs on, when that is not this
-        maker's own (a simulated fleet keeps one a replica)."""
+                answers: AnswerCache | None = None, own: OwnMatches | None = None) -> Answer:
+        """``written`` as this server's drafter meets it, token by token. For suffix decoding,
+        ``answers``: the answers given before on the server the request runs on, when that is not this
+        maker's own (a simulated fleet keeps one a replica); ``own``: what the request's own context
+        offers, when worked out before (``OwnMatches``)."""
         config = self.config
         speculate = config.spec is not None and not runs_without_speculation(
             body, self.profile.generation_defaults, endpoint, self.profile.speculation_blocked_by)
         tokens = written.generated.tokens
         lookups = (self._lookups(prompt.tokens, [t.text for t in tokens],
-                                  answers if answers is not None else self.answers)
+                                  answers if answers is not None else self.answers, own)
                    if self.lookup_drafter else None)
         positions = position_model([t.kind for t in tokens], self.profile, written.temperature,
                                    np.random.default_rng([config.seed, written.digest & 0xFFFFFFFF, written.index]),
                                    self.misalignment, lookups)
         return Answer(written, speculate, positions)
 
-    def _lookups(self, prompt: list[str], output: list[str], answers: AnswerCache | None
-                 ) -> tuple[list[int], list[int]]:
+    def _lookups(self, prompt: list[str], output: list[str], answers: AnswerCache | None,
+                 own: OwnMatches | None = None) -> tuple[list[int], list[int]]:
         """What the lookup drafter proposes and gets right from each output position; a suffix
         drafter also copies from ``answers``, which then holds this one too."""
         spec = self.config.spec
         assert spec is not None
         depth = max([spec.num_speculative_tokens, *(k for _, _, k in spec.per_batch_size)])
         suffix = spec.method == "suffix"
-        proposer: Proposer = (SuffixProposer(prompt, answers) if suffix
-                              else NgramProposer(prompt, spec.lookup_min, spec.lookup_max))
-        runs = runs_from_each_position(proposer, output, depth)
+        if suffix and own is not None:
+            runs = suffix_runs(prompt, output, depth, own, answers)
+        else:
+            proposer: Proposer = (SuffixProposer(prompt, answers) if suffix
+                                  else NgramProposer(prompt, spec.lookup_min, spec.lookup_max))
+            runs = runs_from_each_position(proposer, output, depth)
         if suffix and answers is not None:
             answers.add(output)
         return runs

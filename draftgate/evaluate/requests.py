@@ -15,7 +15,7 @@ from typing import Any
 from draftgate.emulator import wire
 from draftgate.emulator.app import EmulatorConfig
 from draftgate.emulator.engine import Sequence
-from draftgate.emulator.lookup import AnswerCache
+from draftgate.emulator.lookup import AnswerCache, OwnMatches
 from draftgate.emulator.profile import EngineProfile
 from draftgate.emulator.sequences import Answer, Prompt, SequenceMaker, Written, sequence
 from draftgate.emulator.tokens import salted
@@ -38,6 +38,7 @@ class Prepared:
     observed: ObservedStructure | None = None  # what the proxy measures of its answer
     written: Written | None = None  # its answer's text, the same on every pool
     answers: dict[tuple[Any, ...], Answer] = field(default_factory=dict)  # by the pool's drafting settings
+    own: OwnMatches | None = None  # what its own context offers suffix decoding (``Bank.answer``)
 
 
 class Bank:
@@ -75,7 +76,10 @@ class Bank:
         if request.written is None:
             request.written = self.maker(None).written(request.body, "chat")[0]
         if answers is not None:
-            return self.maker(pool).drafted(request.body, "chat", request.prompt, request.written, answers)
+            if request.own is None:
+                request.own = OwnMatches.of(request.prompt.tokens, [t.text for t in request.written.generated.tokens])
+            return self.maker(pool).drafted(request.body, "chat", request.prompt, request.written, answers,
+                                            request.own)
         signature = pool.signature if pool.speculative else ()
         found = request.answers.get(signature)
         if found is None:

@@ -16,9 +16,11 @@ from draftgate.emulator.lookup import (
     SUFFIX_TREE_DEPTH,
     AnswerCache,
     NgramProposer,
+    OwnMatches,
     SuffixProposer,
     replay,
     runs_from_each_position,
+    suffix_runs,
 )
 from draftgate.policy import copying
 from draftgate.policy.calibration import Calibration, PoolCalibration
@@ -103,9 +105,11 @@ def test_suffix_decoding_proposes_what_trying_every_length_from_the_longest_woul
     for _ in range(40):  # answers over a small vocabulary repeat their n-grams, and the caches evict
         prompt = [rng.randrange(12) for _ in range(rng.randrange(0, 30))]
         answer = [rng.randrange(12) for _ in range(rng.randrange(1, 80))]
+        own = OwnMatches.of(prompt, answer)  # the request's own context, worked out once for every replica
         for k in (1, 4, 24):
-            assert runs_from_each_position(SuffixProposer(prompt, ours), answer, k) == runs_from_each_position(
-                _EveryLength(prompt, every), answer, k)
+            expected = runs_from_each_position(_EveryLength(prompt, every), answer, k)
+            assert runs_from_each_position(SuffixProposer(prompt, ours), answer, k) == expected
+            assert suffix_runs(prompt, answer, k, own, ours) == expected
         ours.add(answer)
         every.add(answer)
 
