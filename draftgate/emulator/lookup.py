@@ -208,12 +208,17 @@ def suffix_runs(prompt: Sequence[Hashable], output: Sequence[Hashable], k: int, 
     proposed, matching = [], []
     for i in range(len(output)):
         draft = _suffix_draft(context, start + i, own.lengths[i], own.ends[i], k, cache)
-        run = 0
-        while run < len(draft) and i + run < len(output) and draft[run] == output[i + run]:
-            run += 1
         proposed.append(len(draft))
-        matching.append(run)
+        matching.append(_matched(draft, output, i))
     return proposed, matching
+
+
+def _matched(draft: Sequence[Hashable], output: Sequence[Hashable], at: int) -> int:
+    """How many of ``draft``'s tokens match ``output`` from position ``at`` on, in a row."""
+    run = 0
+    while run < len(draft) and at + run < len(output) and draft[run] == output[at + run]:
+        run += 1
+    return run
 
 
 def longest_indexed(index: Mapping[tuple[Hashable, ...], object], tail: tuple[Hashable, ...]) -> int:
@@ -251,10 +256,8 @@ def replay(proposer: Proposer, output: Sequence[Hashable], k: int) -> Replay:
     while i < len(output):
         draft = proposer.propose(k) if k > 0 else ()
         drafted += len(draft)
-        run = 0
-        while run < len(draft) and i + run < len(output) and draft[run] == output[i + run]:
-            accepted[i + run] = True
-            run += 1
+        run = _matched(draft, output, i)
+        accepted[i:i + run] = [True] * run
         step = min(run + 1, len(output) - i)
         proposer.extend(output[i:i + step])
         rounds.append(run)
@@ -269,10 +272,7 @@ def runs_from_each_position(proposer: Proposer, output: Sequence[Hashable], k: i
     proposed, matching = [], []
     for i in range(len(output)):
         draft = proposer.propose(k)
-        run = 0
-        while run < len(draft) and i + run < len(output) and draft[run] == output[i + run]:
-            run += 1
         proposed.append(len(draft))
-        matching.append(run)
+        matching.append(_matched(draft, output, i))
         proposer.extend(output[i:i + 1])
     return proposed, matching
