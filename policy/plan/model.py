@@ -434,6 +434,8 @@ class FleetModel:
     """The plan's model of one traffic, worked out once per candidate and set of kinds (and rate)."""
 
     def __init__(self, traffic: Traffic, calibration: Calibration, targets: Targets) -> None:
+        if not traffic.kinds:
+            raise ValueError("the plan needs traffic: no kind of request was seen")
         self.traffic = traffic
         self.calibration = calibration
         self.targets = targets

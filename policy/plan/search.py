@@ -64,8 +64,6 @@ def recommend(traffic: Traffic, calibration: Calibration, gpus: int, candidates:
         raise ValueError("a fleet needs at least one GPU")
     if not candidates:
         raise ValueError("the plan needs at least one candidate pool configuration")
-    if not traffic.kinds:
-        raise ValueError("the plan needs traffic: no kind of request was seen")
     model = FleetModel(traffic, calibration, targets)
     names = tuple(k.name for k in traffic.kinds)
     options: list[Composition] = []
@@ -87,8 +85,6 @@ def best_assignment(traffic: Traffic, calibration: Calibration, pools: Sequence[
     alone (what the assignment spills by, ``assignment.spill``)."""
     if not pools:
         raise ValueError("the fleet has no pool")
-    if not traffic.kinds:
-        raise ValueError("the plan needs traffic: no kind of request was seen")
     model = FleetModel(traffic, calibration, targets)
     names = tuple(k.name for k in traffic.kinds)
     options = [model.composition([PoolPlan(c, n, kinds) for (c, n), kinds in zip(pools, assignment)])
