@@ -2,7 +2,9 @@
 
     python -m bench.emulator_vs_published [--seeds 3]
 
-First, step times and serving figures that others measured on real GPUs, each
+First, kernels and steps that others profiled: BF16 GEMMs at the token counts
+a decode or verification step runs, and a cost model fitted to vLLM's profiled
+steps. Then step times and serving figures that others measured on real GPUs, each
 row with its source, the published figure, the emulator's (default profile,
 virtual time) and the error. Then the speculative speedups on the committed
 ShareGPT chat prompts, greedy, at concurrency 1 and 64 (speculation off; a
@@ -18,7 +20,7 @@ import statistics
 from dataclasses import dataclass
 
 from draftgate.emulator.engine import SpecConfig
-from draftgate.emulator.physics import Physics, Work
+from draftgate.emulator.physics import Physics, Work, gemm_seconds
 from draftgate.emulator.profile import EngineProfile
 from draftgate.evaluate.fleet import Fleet, PoolSpec
 from draftgate.evaluate.requests import Bank
@@ -105,6 +107,70 @@ def published_rows() -> list[Row]:
                     6582.87, served["output_tokens_per_s"], "tok/s"))
     return rows
 
+# torch BF16 GEMM TFLOP/s by rows (tokens), from vLLM's benchmarks/kernels/bench_fp8_gemm.py as run in
+# two pull requests: PR 49363 on an H100 (gemma-4-31B-it, N=12288 K=5376) and PR 17126 (Llama 3.1 8B's
+# QKV projection, N=6144 K=4096; the GPU is not stated, an H100 assumed)
+GEMM_TFLOPS = {
+    ("vLLM PR 49363: H100, BF16 GEMM 12288 x 5376", 12288, 5376): {
+        1: 2.870333, 16: 46.541434, 64: 182.588263, 128: 352.560566},
+    ("vLLM PR 17126: BF16 GEMM 6144 x 4096 (H100 assumed)", 6144, 4096): {
+        1: 2.513023, 16: 39.110705, 64: 160.586644, 128: 307.854920, 256: 544.327503},
+}
+
+
+def gemm_rows() -> list[Row]:
+    """One GEMM's time by the tokens it runs, published against the emulator's roofline."""
+    profile = EngineProfile.build("H100", LLAMA_8B)
+    rows = []
+    for (source, n, k), by_tokens in GEMM_TFLOPS.items():
+        for tokens, tflops in by_tokens.items():
+            published = 2.0 * n * k * tokens / (tflops * 1e12)
+            emulated = gemm_seconds(profile.gpu, profile.efficiency, n, k, tokens)
+            rows.append(Row(source, f"{tokens} tokens, us", published * 1e6, emulated * 1e6, "us"))
+    return rows
+
+
+class ProfiledSteps:
+    """The step cost model of SpecDecode-Bench ("Speculative Decoding: Performance or Illusion?",
+    arXiv 2601.11580; github.com/SpecDecode-Bench/simulator, predictor.py), fitted to vLLM's profiled
+    steps of Llama-3.1-8B-Instruct with an EAGLE-3 head on one H100, InstructCoder at batch 1 to 64:
+    a forward pass is linear in the tokens in the KV cache and the tokens batched, an EAGLE proposal
+    in the KV tokens and the tokens drafted, and every step adds the same CPU overhead. One line
+    fitted over prefills and decodes alike: its slope in the tokens batched is prefill's arithmetic,
+    so between a handful of tokens and a few hundred it is an extrapolation, not a measurement."""
+
+    KV, TOKEN, FIXED = 3.92645679e-08, 2.10103129e-05, 5.88590713e-03
+    DRAFT_KV, DRAFT_TOKEN, DRAFT_FIXED = 2.37768493e-09, 8.41429603e-07, 2.13526175e-03
+    OVERHEAD = 1.20683946e-03
+
+    def forward(self, kv_tokens: int, batched: int) -> float:
+        return kv_tokens * self.KV + batched * self.TOKEN + self.FIXED + self.OVERHEAD
+
+    def round(self, kv_tokens: int, batched: int) -> float:
+        draft = kv_tokens * self.DRAFT_KV + batched * self.DRAFT_TOKEN + self.DRAFT_FIXED
+        return self.forward(kv_tokens, batched) + draft
+
+
+def profiled_step_rows(context: int = 1000, k: int = 3) -> list[Row]:
+    """Plain steps and EAGLE-3 rounds (K=3, as the profile's FIXED_3) by batch, each sequence
+    ``context`` tokens in, and one prefill, against the profiled cost model."""
+    profile = EngineProfile.build("H100", LLAMA_8B)
+    plain, eagle = Physics(profile, None), Physics(profile, "eagle3")
+    fitted = ProfiledSteps()
+    source = "SpecDecode-Bench cost model: vLLM, Llama 3.1 8B, 1 x H100"
+    rows = []
+    for batch in (1, 16, 64):
+        rows.append(Row(source, f"plain step, batch {batch}, ms", fitted.forward(batch * context, batch) * 1e3,
+                        plain.step_time([Work(context, 1)] * batch).seconds * 1e3, "ms"))
+    for batch in (1, 16, 64):
+        rows.append(Row(source, f"EAGLE-3 K={k} round, batch {batch}, ms",
+                        fitted.round(batch * context, batch * (k + 1)) * 1e3,
+                        eagle.step_time([Work(context, 1 + k, k)] * batch).seconds * 1e3, "ms"))
+    rows.append(Row(source, "2,048-token prefill, ms", fitted.forward(0, 2048) * 1e3,
+                    plain.step_time([Work(0, 2048)]).seconds * 1e3, "ms"))
+    return rows
+
+
 OFF = PoolSpec("plain", 1)
 METHODS = {"draft model K=4": PoolSpec("draft", 1, "draft_model", 4),
            "EAGLE-3 K=4": PoolSpec("eagle3", 1, "eagle3", 4),
@@ -126,6 +192,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=3)
     args = parser.parse_args()
+    print("Profiled kernels and steps beside the emulator (default profile):")
+    print(f"  {'source':<72} {'what':<30} {'published':>10} {'emulator':>10} {'error':>7}")
+    for row in gemm_rows() + profiled_step_rows():
+        print(f"  {row.source:<72} {row.what:<30} {row.published:>10.2f} {row.emulated:>10.2f} {row.error:>+7.0%}")
+    print()
     print("Published measurements beside the emulator (default profile):")
     print(f"  {'source':<72} {'what':<26} {'published':>10} {'emulator':>10} {'error':>7}")
     for row in published_rows():

@@ -136,6 +136,14 @@ def _pass(m: _Model, n: int, tokens: float, padded: float, prefill_work: float, 
     return _Cost(seconds, each, token, m.per_attention, m.per_kv_token)
 
 
+def gemm_seconds(gpu: Gpu, efficiency: Efficiency, n: int, k: int, tokens: int) -> float:
+    """One BF16 GEMM of an ``n`` x ``k`` weight over ``tokens`` rows, on the roofline ``_pass`` prices a
+    model's linear layers by: the weight streamed once, or two FLOPs a weight a token, whichever is
+    slower. Held against published kernel timings in ``bench/emulator_vs_published.py``."""
+    streamed = 2.0 * n * k / (gpu.hbm_bytes_per_second * efficiency.target_bandwidth)
+    return max(streamed, 2.0 * n * k * tokens / (gpu.bf16_flops * efficiency.compute))
+
+
 def capture_sizes(max_size: int) -> list[int]:
     """The batch sizes vLLM captures CUDA graphs for by default: 1, 2, 4, then every 8 to 256,
     then every 16 up to the largest (``max_cudagraph_capture_size``)."""

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.emulator_vs_published import GEMM_TFLOPS
 from draftgate.cli.main import main
-from draftgate.emulator.physics import Physics, Work
+from draftgate.emulator.physics import Physics, Work, gemm_seconds
 from draftgate.emulator.profile import EngineProfile
 
 EAGLE = '{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3}'
@@ -113,6 +114,18 @@ def test_a_mixed_step_charges_the_decodes_kv_reads_on_top_of_the_prefill() -> No
         profile.gpu.hbm_bytes_per_second * profile.efficiency.attention_bandwidth)
     assert mixed.seconds >= alone + kv_read
     assert min(mixed.charges[1:]) > kv_read / 64 * 0.99
+
+
+def test_a_gemm_is_priced_within_a_seventh_of_published_h100_kernels_and_flat_below_the_ridge() -> None:
+    """The roofline against kernels nobody here timed (``bench/emulator_vs_published.py``): off by no
+    more than 15% from one token to 256, and as flat as they are to 128 tokens."""
+    profile = EngineProfile.build("H100", "meta-llama/Llama-3.1-8B-Instruct")
+    for (_, n, k), by_tokens in GEMM_TFLOPS.items():
+        for tokens, tflops in by_tokens.items():
+            published = 2.0 * n * k * tokens / (tflops * 1e12)
+            assert gemm_seconds(profile.gpu, profile.efficiency, n, k, tokens) == pytest.approx(published, rel=0.15)
+        assert gemm_seconds(profile.gpu, profile.efficiency, n, k, 128) == gemm_seconds(
+            profile.gpu, profile.efficiency, n, k, 1)
 
 
 def test_a_speculation_round_costs_more_against_plain_decoding_as_the_batch_grows() -> None:
