@@ -27,7 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-num-batched-tokens", type=int, help="vLLM's (default 8192)")
     parser.add_argument("--max-num-seqs", type=int, help="vLLM's (default 1024)")
     parser.add_argument("--gpu-memory-utilization", type=float, help="vLLM's (default 0.9)")
-    parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0, greedy)")
+    parser.add_argument("--temperature", type=float,
+                        help="sampling temperature (default: the profile's generation defaults, Qwen3's 0.6, as "
+                        "vLLM samples a request that names none; 0 is greedy)")
     parser.add_argument("--profile", help="a profile YAML: efficiencies and overheads, and gpus/models entries "
                         "that extend the catalogue")
     parser.add_argument("--seed", type=int, default=0)
@@ -76,6 +78,8 @@ def build_ladder(args: argparse.Namespace) -> Any:
             raise CliError(f"{flag} must be at least 1")
     if args.gpu_memory_utilization is not None and not 0 < args.gpu_memory_utilization <= 1:
         raise CliError("--gpu-memory-utilization must be in (0, 1]")
+    if args.temperature is not None and not 0 <= args.temperature <= 2:
+        raise CliError("--temperature must be between 0 and 2")
     spec = parse_speculative_config(args.speculative_config)
     try:
         raw = read_profile_file(args.profile) if args.profile else {}
@@ -85,8 +89,10 @@ def build_ladder(args: argparse.Namespace) -> Any:
                 update={"memory_utilization": args.gpu_memory_utilization})})
         if spec is not None:
             profile = profile.with_drafter(spec.method, spec.draft_model, Catalogue.load(raw))
+        temperature = (profile.generation_defaults.get("temperature", 1.0) if args.temperature is None
+                       else args.temperature)
         ladder = Ladder(profile, spec, rates, args.duration, lengths["--prompt-tokens"], lengths["--output-tokens"],
-                        args.max_num_seqs, args.max_num_batched_tokens, args.temperature, args.seed)
+                        args.max_num_seqs, args.max_num_batched_tokens, temperature, args.seed)
         ladder.profile.kv_capacity_tokens(spec.method if spec else None)  # does it fit at all
     except ValidationError as exc:
         error = exc.errors()[0]

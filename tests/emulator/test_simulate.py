@@ -32,6 +32,7 @@ def _simulate(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
     (["--output-tokens", "90-10"], "--output-tokens '90-10': LO-HI needs"),
     (["--rates", "1,fast"], "--rates '1,fast'"),
     (["--rates", "0"], "positive"),
+    (["--temperature", "-1"], "--temperature must be between 0 and 2"),
     (["--speculative-config", '{"method": "eagle3"}'], "num_speculative_tokens"),
     (["--speculative-config", '{"method": "eagle3", "model": "acme/head", "num_speculative_tokens": 3}'],
      "unknown model 'acme/head'"),
@@ -72,6 +73,16 @@ def test_speculation_gains_most_at_low_load_and_costs_output_at_saturation(
     saturated_gain = eagle[1]["output_tokens_per_s"] / plain[1]["output_tokens_per_s"] - 1
     assert low_gain > 0.25
     assert saturated_gain < low_gain / 2
+
+
+def test_answers_are_sampled_as_vllm_samples_a_request_that_names_no_temperature(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """At the model's generation defaults (Qwen3's 0.6), which accept fewer drafted tokens than greedy."""
+    args = ["--rates", "1", "--duration", "20", "--speculative-config", EAGLE]
+    default = _simulate(capsys, *args)
+    assert default == _simulate(capsys, *args, "--temperature", "0.6")
+    greedy = _simulate(capsys, *args, "--temperature", "0")
+    assert greedy["rates"][0]["acceptance_length"] > default["rates"][0]["acceptance_length"]
 
 
 def test_a_profile_file_adds_a_gpu_and_overrides_an_efficiency(
