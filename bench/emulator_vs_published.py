@@ -107,6 +107,7 @@ def published_rows() -> list[Row]:
                     6582.87, served["output_tokens_per_s"], "tok/s"))
     return rows
 
+
 # torch BF16 GEMM TFLOP/s by rows (tokens), from vLLM's benchmarks/kernels/bench_fp8_gemm.py as run in
 # two pull requests: PR 49363 on an H100 (gemma-4-31B-it, N=12288 K=5376) and PR 17126 (Llama 3.1 8B's
 # QKV projection, N=6144 K=4096; the GPU is not stated, an H100 assumed)
