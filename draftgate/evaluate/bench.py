@@ -265,8 +265,11 @@ def setup_seed(seed: int, options: Options) -> SeedSetup:
     target = options.targets
     chosen = {}
     for n in options.gpus:
-        tried = functools.partial(_tried_capacity, seed, n, calibration, fitted, options)
-        chosen[n] = trial.choose(plans.recommend(traffic, calibration, n, choices, target), tried)
+        tried, confirmed = (functools.partial(_tried_capacity, seed, n, calibration, fitted, options, requests)
+                            for requests in (options.requests // TRIAL_SHARE,
+                                             options.requests // TRIAL_SHARE * trial.CONFIRM_SHARE))
+        chosen[n] = trial.choose(plans.recommend(traffic, calibration, n, choices, target), tried,
+                                 confirm_of=confirmed)
     splits = {n: c.best_split for n, c in chosen.items()
               if options.extras and n >= SPLIT_FROM_GPUS and c.best_split is not None}
     by_cost = {(n, rate): plans.recommend(plans.Traffic(rate * n, traffic.kinds), calibration, n, choices, target,
@@ -282,15 +285,16 @@ def base_profile(hardware: str) -> EngineProfile:
 
 
 def _tried_capacity(seed: int, gpus: int, calibration: Calibration, fitted: str, options: Options,
-                    composition: plans.Composition) -> float:
+                    requests: int, composition: plans.Composition) -> float:
     """``composition``'s capacity on ``gpus``, simulated on the calibration split with the ``fitted``
-    profile (``hardware_key``) behind the gate, searched around what the plan's model predicted."""
+    profile (``hardware_key``) behind the gate, ``requests`` a run, searched around what the plan's
+    model predicted."""
     fleet, routing = fleet_of(composition)
     unit = Unit(seed, gpus, "trial", fleet, calibration_for(fleet, calibration), True, tuple(sorted(routing.items())),
                 **{**options.shared, "hardware": fitted})
 
     def measure(rate: float) -> Point:
-        run_ = simulate(unit, rate, options.requests // TRIAL_SHARE, options.targets, "calibration")
+        run_ = simulate(unit, rate, requests, options.targets, "calibration")
         return point(run_, rate, options.targets)
 
     return trial.search_around(measure, composition.capacity)

@@ -166,3 +166,21 @@ def test_the_plans_default_candidates_are_every_configuration_the_verdict_plans_
     assert any(c.dynamic for c in default_candidates()) and (None, 0, None) in planned
     # suffix decoding is compared, and only compared
     assert set(FIXED) - set(PLANNED) == {SUFFIX} and all(c.method != "suffix" for c in default_candidates())
+
+
+def test_a_fleet_that_displaces_the_models_choice_must_win_again_on_more_requests() -> None:
+    """One seed's trial put a draft model at dynamic K 20% ahead of EAGLE-3 everywhere; on four times
+    the requests EAGLE-3 led by 60%, and the verdict agreed: a displacement the longer trial does not
+    bear out leaves the model's best single fleet, at the longer trial's figure."""
+    recommendation = _recommendation(ALL_EAGLE, ALL_PLAIN, SPLIT)
+    trialled = {ALL_EAGLE: 7.0, ALL_PLAIN: 8.4, SPLIT: 6.0}
+    confirmed = {ALL_EAGLE: 12.7, ALL_PLAIN: 7.9}
+    chosen = trial.choose(recommendation, trialled.__getitem__, confirm_of=confirmed.__getitem__)
+    assert chosen.best.pools == ALL_EAGLE.pools and chosen.best.capacity == 12.7
+    confirmed[ALL_PLAIN] = 12.7 * (1 + 2 * trial.MARGIN)  # borne out: plain, at its longer trial's figure
+    chosen = trial.choose(recommendation, trialled.__getitem__, confirm_of=confirmed.__getitem__)
+    assert chosen.best.pools == ALL_PLAIN.pools and chosen.best.capacity == confirmed[ALL_PLAIN]
+    calls: list[Composition] = []
+    trialled[ALL_PLAIN] = 7.0  # nothing displaces the model's choice: no second trial is run
+    trial.choose(recommendation, trialled.__getitem__, confirm_of=lambda c: calls.append(c) or 0.0)
+    assert calls == []
