@@ -265,11 +265,11 @@ def setup_seed(seed: int, options: Options) -> SeedSetup:
     target = options.targets
     chosen = {}
     for n in options.gpus:
-        tried, confirmed = (functools.partial(_tried_capacity, seed, n, calibration, fitted, options, requests)
-                            for requests in (options.requests // TRIAL_SHARE,
-                                             options.requests // TRIAL_SHARE * trial.CONFIRM_SHARE))
-        chosen[n] = trial.choose(plans.recommend(traffic, calibration, n, choices, target), tried,
-                                 confirm_of=confirmed)
+        requests = options.requests // TRIAL_SHARE
+        tried = functools.partial(_tried_capacity, seed, n, calibration, fitted, options, requests)
+        again = functools.partial(_tried_capacity, seed, n, calibration, fitted, options,
+                                  requests * trial.CONFIRM_SHARE)
+        chosen[n] = trial.choose(plans.recommend(traffic, calibration, n, choices, target), tried, confirm_of=again)
     splits = {n: c.best_split for n, c in chosen.items()
               if options.extras and n >= SPLIT_FROM_GPUS and c.best_split is not None}
     by_cost = {(n, rate): plans.recommend(plans.Traffic(rate * n, traffic.kinds), calibration, n, choices, target,
