@@ -30,13 +30,9 @@ def capacity_on(unit: bench.Unit, split: mix.Split, requests: int, targets: Targ
 
     def measure(per_gpu: float) -> capacity.Point:
         rate = per_gpu * unit.gpus
-        return capacity.point(bench.simulate(unit, rate, requests, targets, split), rate, targets)
+        return capacity.point(bench.simulate(unit, rate, requests, targets, split, longest), rate, targets)
 
-    kept, capacity.LONGEST_WINDOW_SECONDS = capacity.LONGEST_WINDOW_SECONDS, longest
-    try:
-        return capacity.search(measure, list(bench.RATES_PER_GPU), bench.Options().bisections).rate
-    finally:
-        capacity.LONGEST_WINDOW_SECONDS = kept
+    return capacity.search(measure, list(bench.RATES_PER_GPU), bench.Options().bisections).rate
 
 
 def main() -> None:

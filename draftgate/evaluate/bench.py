@@ -34,7 +34,16 @@ from typing import Any
 from draftgate.emulator.profile import EngineProfile
 from draftgate.evaluate import trial, verdict
 from draftgate.evaluate.calibration import calibrate
-from draftgate.evaluate.capacity import ATTAINMENT, DRAIN_LIMIT_SECONDS, Capacity, Point, point, schedule_for, search
+from draftgate.evaluate.capacity import (
+    ATTAINMENT,
+    DRAIN_LIMIT_SECONDS,
+    LONGEST_WINDOW_SECONDS,
+    Capacity,
+    Point,
+    point,
+    schedule_for,
+    search,
+)
 from draftgate.evaluate.fleet import Fleet
 from draftgate.evaluate.requests import Bank
 from draftgate.evaluate.simulation import Run, Simulation, proxy_settings
@@ -172,10 +181,12 @@ def bank_of(seed: int, hardware: str = "") -> Bank:
     return Bank(profile_of(seed, hardware), seed)
 
 
-def simulate(unit: Unit, rate: float, requests: int, targets: Targets, split: mix.Split = "verdict") -> Run:
-    """``unit``'s fleet from empty under ``rate`` requests a second (over the fleet) of ``split``."""
+def simulate(unit: Unit, rate: float, requests: int, targets: Targets, split: mix.Split = "verdict",
+             longest: float = LONGEST_WINDOW_SECONDS) -> Run:
+    """``unit``'s fleet from empty under ``rate`` requests a second (over the fleet) of ``split``, its
+    measured window at most ``longest`` seconds."""
     bank = bank_of(unit.seed, unit.hardware)
-    schedule = schedule_for(rate, requests, targets)
+    schedule = schedule_for(rate, requests, targets, longest)
     sim = Simulation(unit.fleet, bank, _settings(unit, targets), unit.calibration, unit.seed, MAX_NUM_SEQS)
     traffic = OpenLoop(mix.stream(split, unit.seed, unit.weights, unit.traffic), bank, rate,
                        mix.requests_per_item(split, unit.weights, unit.traffic), schedule, unit.seed)

@@ -30,11 +30,11 @@ FAR_PAST = 0.5  # attainment below which the heavier rates of a search's grid ar
 DRAIN_LIMIT_SECONDS = 120.0  # a fleet far past saturation is cut off; what it has not answered missed the targets
 
 
-def schedule_for(rate: float, requests: int, targets: Targets) -> Schedule:
-    """A run of ``requests`` measured arrivals at ``rate``, with a warm-up before the window and as long a
-    cool-down after it (``margin_for``)."""
+def schedule_for(rate: float, requests: int, targets: Targets, longest: float = LONGEST_WINDOW_SECONDS) -> Schedule:
+    """A run of ``requests`` measured arrivals at ``rate`` (its window at most ``longest`` seconds), with a
+    warm-up before the window and as long a cool-down after it (``margin_for``)."""
     margin = margin_for(rate, targets)
-    return Schedule(margin, min(requests / rate, LONGEST_WINDOW_SECONDS), margin)
+    return Schedule(margin, min(requests / rate, longest), margin)
 
 
 def margin_for(rate: float, targets: Targets) -> float:
