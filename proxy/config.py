@@ -353,7 +353,8 @@ class Planning(BaseModel):
                                    "goes to, and the fleet it would recommend (draftgate_plan_*); 0: never")
     candidates: list[CandidatePool] = Field(
         default_factory=list, description="the pool configurations the recommended fleet is made of; empty: plain, "
-                                          "a draft model at depth 2, 4 and 8, an EAGLE-3 head at 3, ngram at 4")
+                                          "a draft model at depth 2, 4 and 8 and at vLLM's dynamic K, an EAGLE-3 "
+                                          "head at 3, ngram at 4, suffix decoding at 24")
 
 
 class Tls(BaseModel):

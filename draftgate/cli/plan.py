@@ -51,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-pools", type=int, help="pools a fleet may be split into (default 3)")
     parser.add_argument("--candidates", help="the candidate configurations to weigh, by name, comma-separated "
                                              "(default: every one: the configuration's plan.candidates, else plain, "
-                                             "draft-k2, draft-k4, draft-k8, eagle3-k3, ngram-k4)")
+                                             "draft-k2, draft-k4, draft-k8, dynamic-k, eagle3-k3, ngram-k4, "
+                                             "suffix-k24)")
     parser.add_argument("--json", action="store_true", help="print the plan as one JSON object")
 
 

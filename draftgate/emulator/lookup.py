@@ -82,23 +82,27 @@ class NgramProposer:
 
 @dataclass
 class AnswerCache:
-    """The answers a suffix-decoding server gave before, shared by its requests."""
+    """The answers a suffix-decoding server gave before, shared by its requests, each with the request it
+    answered (``source``: any key that tells requests apart, 0 for one that need not be)."""
 
     size: int = SUFFIX_CACHED_ANSWERS
     longest: int = SUFFIX_LONGEST_MATCH
     _answers: deque[tuple[Hashable, ...]] = field(default_factory=deque)
+    _sources: deque[int] = field(default_factory=deque)
     _latest: dict[tuple[Hashable, ...], tuple[int, int]] = field(default_factory=dict)
     _serial: int = 0
     _evicted: int = 0  # answers evicted since the index last dropped what pointed into them
 
-    def add(self, answer: Sequence[Hashable]) -> None:
+    def add(self, answer: Sequence[Hashable], source: int = 0) -> None:
         tokens = tuple(answer)
         if not tokens or self.size <= 0:
             return
         self._answers.append(tokens)
+        self._sources.append(source)
         self._serial += 1
         if len(self._answers) > self.size:
             self._answers.popleft()
+            self._sources.popleft()
             self._evicted += 1
         serial = self._serial
         for end in range(1, len(tokens)):
@@ -115,13 +119,15 @@ class AnswerCache:
         """How many of ``tail``'s last tokens are indexed together (``longest_indexed``)."""
         return longest_indexed(self._latest, tail)
 
-    def continuation(self, suffix: tuple[Hashable, ...], k: int) -> tuple[Hashable, ...]:
+    def continuation(self, suffix: tuple[Hashable, ...], k: int, exclude: int | None = None) -> tuple[Hashable, ...]:
+        """Up to ``k`` tokens that followed ``suffix`` where it occurred last, unless that was in an answer
+        to ``exclude`` (then none: the index holds only the latest occurrence)."""
         found = self._latest.get(suffix)
         if found is None:
             return ()
         serial, end = found
         index = len(self._answers) - 1 - (self._serial - serial)
-        if index < 0:
+        if index < 0 or (exclude is not None and self._sources[index] == exclude):
             return ()
         return self._answers[index][end:end + k]
 
@@ -131,8 +137,10 @@ class SuffixProposer:
     in this request's context or in earlier answers, continued from its latest occurrence;
     speculation at most ``SUFFIX_SPEC_FACTOR`` times the match and within the tree depth."""
 
-    def __init__(self, prompt: Sequence[Hashable], cache: AnswerCache | None = None) -> None:
+    def __init__(self, prompt: Sequence[Hashable], cache: AnswerCache | None = None,
+                 exclude: int | None = None) -> None:
         self.cache = cache
+        self.exclude = exclude  # the request whose earlier answers in ``cache`` are not copied
         self.context: list[Hashable] = []
         self._latest: dict[tuple[Hashable, ...], int] = {}
         self.extend(prompt)
@@ -156,7 +164,7 @@ class SuffixProposer:
 
     def propose(self, k: int) -> Sequence[Hashable]:
         here, end = self.own_match()
-        return _suffix_draft(self.context, len(self.context), here, end, k, self.cache)
+        return _suffix_draft(self.context, len(self.context), here, end, k, self.cache, self.exclude)
 
 
 @dataclass(frozen=True)
@@ -179,7 +187,7 @@ class OwnMatches:
 
 
 def _suffix_draft(context: Sequence[Hashable], length: int, here: int, end: int, k: int,
-                  cache: AnswerCache | None) -> Sequence[Hashable]:
+                  cache: AnswerCache | None, exclude: int | None = None) -> Sequence[Hashable]:
     """The continuation of the longest suffix of ``context[:length]`` found in it (``here`` tokens long,
     its latest occurrence ending at ``end``) or in ``cache``, the context first at a length.
 
@@ -194,20 +202,20 @@ def _suffix_draft(context: Sequence[Hashable], length: int, here: int, end: int,
         limit = min(k, int(SUFFIX_SPEC_FACTOR * n), SUFFIX_TREE_DEPTH - n)
         if n <= here:  # the first length the context holds is ``here`` itself (``limit`` > 0 at any)
             return context[end:min(end + limit, length)]
-        if cache is not None and (found := cache.continuation(tail[len(tail) - n:], limit)):
+        if cache is not None and (found := cache.continuation(tail[len(tail) - n:], limit, exclude)):
             return found
     return ()
 
 
 def suffix_runs(prompt: Sequence[Hashable], output: Sequence[Hashable], k: int, own: OwnMatches,
-                cache: AnswerCache | None) -> tuple[list[int], list[int]]:
+                cache: AnswerCache | None, exclude: int | None = None) -> tuple[list[int], list[int]]:
     """``runs_from_each_position`` for a suffix drafter over ``cache``, with the request's ``own``
-    matches worked out before."""
+    matches worked out before; nothing copied from an answer to ``exclude`` (``AnswerCache.continuation``)."""
     context = [*prompt, *output]
     start = len(prompt)
     proposed, matching = [], []
     for i in range(len(output)):
-        draft = _suffix_draft(context, start + i, own.lengths[i], own.ends[i], k, cache)
+        draft = _suffix_draft(context, start + i, own.lengths[i], own.ends[i], k, cache, exclude)
         proposed.append(len(draft))
         matching.append(_matched(draft, output, i))
     return proposed, matching

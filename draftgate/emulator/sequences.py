@@ -133,17 +133,19 @@ class SequenceMaker:
         return out
 
     def drafted(self, body: dict[str, Any], endpoint: str, prompt: Prompt, written: Written,
-                answers: AnswerCache | None = None, own: OwnMatches | None = None) -> Answer:
+                answers: AnswerCache | None = None, own: OwnMatches | None = None, fresh: bool = False) -> Answer:
         """``written`` as this server's drafter meets it, token by token. For suffix decoding,
         ``answers``: the answers given before on the server the request runs on, when that is not this
         maker's own (a simulated fleet keeps one a replica); ``own``: what the request's own context
-        offers, when worked out before (``OwnMatches``)."""
+        offers, when worked out before (``OwnMatches``); ``fresh``: the request is new to the server
+        whatever it was sent before, so nothing is copied from its own earlier answer (a replay draws
+        its few hundred requests again and again where real traffic sends new ones)."""
         config = self.config
         speculate = config.spec is not None and not runs_without_speculation(
             body, self.profile.generation_defaults, endpoint, self.profile.speculation_blocked_by)
         tokens = written.generated.tokens
         lookups = (self._lookups(prompt.tokens, [t.text for t in tokens],
-                                  answers if answers is not None else self.answers, own)
+                                  answers if answers is not None else self.answers, own, written.digest, fresh)
                    if self.lookup_drafter else None)
         positions = position_model([t.kind for t in tokens], self.profile, written.temperature,
                                    np.random.default_rng([config.seed, written.digest & 0xFFFFFFFF, written.index]),
@@ -151,21 +153,23 @@ class SequenceMaker:
         return Answer(written, speculate, positions)
 
     def _lookups(self, prompt: list[str], output: list[str], answers: AnswerCache | None,
-                 own: OwnMatches | None = None) -> tuple[list[int], list[int]]:
+                 own: OwnMatches | None, source: int, fresh: bool) -> tuple[list[int], list[int]]:
         """What the lookup drafter proposes and gets right from each output position; a suffix
-        drafter also copies from ``answers``, which then holds this one too."""
+        drafter also copies from ``answers`` (not from ``source``'s answer when ``fresh``), which then
+        holds this one too, as ``source``'s."""
         spec = self.config.spec
         assert spec is not None
         depth = max([spec.num_speculative_tokens, *(k for _, _, k in spec.per_batch_size)])
         suffix = spec.method == "suffix"
+        exclude = source if fresh else None
         if suffix and own is not None:
-            runs = suffix_runs(prompt, output, depth, own, answers)
+            runs = suffix_runs(prompt, output, depth, own, answers, exclude)
         else:
-            proposer: Proposer = (SuffixProposer(prompt, answers) if suffix
+            proposer: Proposer = (SuffixProposer(prompt, answers, exclude) if suffix
                                   else NgramProposer(prompt, spec.lookup_min, spec.lookup_max))
             runs = runs_from_each_position(proposer, output, depth)
         if suffix and answers is not None:
-            answers.add(output)
+            answers.add(output, source)
         return runs
 
 

@@ -54,7 +54,6 @@ from draftgate.evaluate.strategies import (
     GATE,
     GATE_COST,
     GATE_SPLIT,
-    PLANNED,
     candidates,
     dynamic_pool,
     fleet_of,
@@ -265,7 +264,7 @@ def setup_seed(seed: int, options: Options) -> SeedSetup:
     the plan's model ranks every composition, and its shortlist is tried in simulation on the profile
     calibration fitted (``trial``), each composition then carrying the capacity its trial measured."""
     bank = bank_of(seed, options.hardware)
-    spec_pools = [p for p in PLANNED.values() if p.speculative]  # the pools the gate may run, calibrated
+    spec_pools = [p for p in FIXED.values() if p.speculative]  # the pools the gate may run, calibrated
     calibrated = calibrate(bank, spec_pools, calibration_arms(), CALIBRATION_REQUESTS, CALIBRATION_LOADS,
                            MAX_NUM_SEQS, base_profile(options.hardware))
     calibration = calibrated.fit.calibration

@@ -72,14 +72,15 @@ class Bank:
         """``request``'s answer as ``pool`` drafts it. Kept for the next run, except a suffix pool's: its
         drafts copy from ``answers``, what the replica serving it answered before, so they are drafted
         anew on each replica (a run's figures must not depend on what an earlier run in the process
-        left in a cache)."""
+        left in a cache). Never from this request's own earlier answer: each arrival is a new request,
+        as its own prefix cache salt makes it one to the prefix cache (``Simulation.send``)."""
         if request.written is None:
             request.written = self.maker(None).written(request.body, "chat")[0]
         if answers is not None:
             if request.own is None:
                 request.own = OwnMatches.of(request.prompt.tokens, [t.text for t in request.written.generated.tokens])
             return self.maker(pool).drafted(request.body, "chat", request.prompt, request.written, answers,
-                                            request.own)
+                                            request.own, fresh=True)
         signature = pool.signature if pool.speculative else ()
         found = request.answers.get(signature)
         if found is None:

@@ -35,10 +35,6 @@ FIXED: dict[str, PoolSpec] = {
     # suffix decoding at vLLM's default depth, its tree's, which bounds the match and what is drafted together
     SUFFIX: PoolSpec(f"suffix-k{SUFFIX_DEPTH}", 1, "suffix", SUFFIX_DEPTH),
 }
-# the homogeneous fleets the gate's plan may choose among: every one compared but suffix decoding's. Planned
-# with, the plan chose it for 2 of the default verdict's 15 fleets and seeds, and they then served 11% and 44%
-# less than EAGLE-3 (docs/plan.md, "Suffix decoding: compared, not planned")
-PLANNED: dict[str, PoolSpec] = {name: pool for name, pool in FIXED.items() if name != SUFFIX}
 
 
 def dynamic_pool(table: tuple[tuple[int, int, int], ...], gpus: int = 1) -> PoolSpec:
@@ -47,10 +43,10 @@ def dynamic_pool(table: tuple[tuple[int, int, int], ...], gpus: int = 1) -> Pool
 
 def candidates(max_num_seqs: int, max_num_batched_tokens: int,
                dynamic_table: tuple[tuple[int, int, int], ...] = ()) -> tuple[Candidate, ...]:
-    """What the gate's plan chooses among: every planned configuration (``PLANNED``, named as its pool),
-    and vLLM's dynamic K with ``dynamic_table`` when given."""
+    """What the gate's plan chooses among: every homogeneous fleet's configuration (``FIXED``, named as its
+    pool), and vLLM's dynamic K with ``dynamic_table`` when given."""
     common = {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens}
-    pools = [*PLANNED.values(), *([dynamic_pool(dynamic_table)] if dynamic_table else [])]
+    pools = [*FIXED.values(), *([dynamic_pool(dynamic_table)] if dynamic_table else [])]
     return tuple(Candidate(pool.name, pool.method, pool.depth, pool.lookup or (5, 5), pool.dynamic,
                            draft_prefill_ratio=0.15 if pool.method == "draft_model" else 0.0, **common)
                  for pool in pools)

@@ -116,12 +116,13 @@ def _ranked(options: list[Composition], model: FleetModel, objective: str) -> li
 def default_candidates(max_num_seqs: int = 1024, max_num_batched_tokens: int = 8192) -> tuple[Candidate, ...]:
     """What the plan chooses among unless told otherwise: plain; a draft model at depth 2, 4 and 8, and at a
     depth that falls with the batch (vLLM's dynamic K, ``DYNAMIC_TABLE``); an EAGLE-3 head at depth 3; ngram
-    at depth 4 with lookup 2-4. Every configuration the verdict plans with; suffix decoding, which it
-    compares but does not plan with (docs/plan.md), is a candidate when configured as one."""
+    at depth 4 with lookup 2-4; suffix decoding at vLLM's default tree depth, 24. Every configuration the
+    verdict compares and plans with."""
     common = {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens}
     return (Candidate("plain", **common),
             *(Candidate(f"draft-k{k}", "draft_model", k, draft_prefill_ratio=0.15, **common) for k in (2, 4, 8)),
             Candidate("dynamic-k", "draft_model", max(k for _, _, k in DYNAMIC_TABLE), dynamic=DYNAMIC_TABLE,
                       draft_prefill_ratio=0.15, **common),
             Candidate("eagle3-k3", "eagle3", 3, **common),
-            Candidate("ngram-k4", "ngram", 4, lookup=(2, 4), **common))
+            Candidate("ngram-k4", "ngram", 4, lookup=(2, 4), **common),
+            Candidate("suffix-k24", "suffix", 24, **common))

@@ -155,7 +155,7 @@ def test_the_verdict_says_when_the_gates_fleet_differs_between_seeds() -> None:
 
 
 def test_the_plans_default_candidates_are_every_configuration_the_verdict_plans_with() -> None:
-    from draftgate.evaluate.strategies import DYNAMIC_TABLES, FIXED, PLANNED, SUFFIX, candidates
+    from draftgate.evaluate.strategies import DYNAMIC_TABLES, FIXED, candidates
     from draftgate.policy.plan import default_candidates
 
     def configuration(c: Candidate) -> tuple[Any, ...]:
@@ -164,8 +164,9 @@ def test_the_plans_default_candidates_are_every_configuration_the_verdict_plans_
     planned = {configuration(c) for c in candidates(1024, 8192, DYNAMIC_TABLES[0])}
     assert {configuration(c) for c in default_candidates()} == planned
     assert any(c.dynamic for c in default_candidates()) and (None, 0, None) in planned
-    # suffix decoding is compared, and only compared
-    assert set(FIXED) - set(PLANNED) == {SUFFIX} and all(c.method != "suffix" for c in default_candidates())
+    # every homogeneous fleet the verdict compares, suffix decoding's too
+    assert {(p.method, p.depth) for p in FIXED.values()} <= {(c.method, c.gamma) for c in candidates(1024, 8192)}
+    assert ("suffix", 24, None) in planned
 
 
 def test_a_fleet_that_displaces_the_models_choice_must_win_again_on_more_requests() -> None:

@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 
 from draftgate.emulator.engine import Engine, Sequence
+from draftgate.emulator.lookup import AnswerCache
 from draftgate.emulator.physics import Physics, Work
 from draftgate.emulator.profile import EngineProfile
 from draftgate.emulator.textgen import OutputToken
@@ -173,3 +174,22 @@ def test_a_dip_below_the_threshold_between_two_passing_rates_does_not_set_the_ca
     shape = {0.5: 1.0, 1.0: 0.986, 2.0: 0.996, 4.0: 0.9}  # the dip at 1.0 is noise: 2.0 passes
     capacity = search(lambda r: _point(r, shape.get(r, 0.992 if r < 3 else 0.95)), [0.5, 1.0, 2.0, 4.0], steps=1)
     assert capacity.rate > 2.0
+
+
+def test_a_replayed_request_drawn_again_is_new_to_a_suffix_replica_as_to_its_prefix_cache() -> None:
+    """The verdict replays a few hundred requests again and again; a suffix replica that copied a
+    repeat's own earlier answer would accept it whole, which new traffic never offers."""
+    bank = Bank(EngineProfile(), 1)
+    item = mix.items("verdict")["tool_call"][0]
+    request = bank.requests_of(item)[0]
+    pool, answers = PoolSpec("suffix", 1, "suffix", 24), AnswerCache()
+    first = bank.answer(request, pool, answers)
+    again = bank.answer(request, pool, answers)
+    assert again.positions.matching.tolist() == first.positions.matching.tolist()
+    # the emulator's server copies what it answered before, as vLLM's does
+    maker = bank.maker(pool)
+    assert request.written is not None
+    served = maker.drafted(request.body, "chat", request.prompt, request.written)
+    repeated = maker.drafted(request.body, "chat", request.prompt, request.written)
+    assert repeated.positions.matching.sum() > served.positions.matching.sum() + 5
+

@@ -71,6 +71,19 @@ def test_suffix_decoding_also_copies_from_earlier_answers_and_speculates_less_af
     assert len(proposer.propose(16)) == 1
 
 
+def test_a_request_copies_other_requests_answers_but_not_its_own_when_told_it_is_new() -> None:
+    prompt, answer = list("question: "), list("the answer is forty-two")
+    cache = AnswerCache()
+    cache.add(answer, source=1)
+    own = OwnMatches.of(prompt, answer)
+    copied = suffix_runs(prompt, answer, 16, own, cache)
+    assert suffix_runs(prompt, answer, 16, own, cache, exclude=2) == copied  # another request's answer
+    fresh = suffix_runs(prompt, answer, 16, own, cache, exclude=1)
+    assert fresh == suffix_runs(prompt, answer, 16, own, None)  # its own: as if never answered
+    assert sum(fresh[1]) + 10 < sum(copied[1])
+    assert runs_from_each_position(SuffixProposer(prompt, cache, exclude=1), answer, 16) == fresh
+
+
 def test_the_answer_cache_forgets_evicted_answers_and_its_index_stays_within_twice_the_live_ones() -> None:
     cache = AnswerCache(size=4, longest=3)
     answers = [[f"a{i}", f"b{i}", f"c{i}", f"d{i}", f"e{i}"] for i in range(20)]
@@ -144,7 +157,8 @@ def test_the_gate_prices_an_ngram_pool_by_what_the_request_holds_to_copy() -> No
     prose = estimate({"messages": [{"role": "user", "content": "write a story"}], "temperature": 0})
     pasted = estimate({"messages": [{"role": "user", "content": "fix this: ```" + "x = f(y)\n" * 300 + "```"}],
                        "temperature": 0})
-    assert predicted_taus(cal, ngram, 0.0, pasted.copyable)["f"] > 2 * predicted_taus(cal, ngram, 0.0, prose.copyable)["f"]
+    pasted_tau = predicted_taus(cal, ngram, 0.0, pasted.copyable)["f"]
+    assert pasted_tau > 2 * predicted_taus(cal, ngram, 0.0, prose.copyable)["f"]
     # a lookup costs no draft pass, and verifies only what it proposes: at idle, with nothing
     # to copy, speculating on it costs almost the same as not speculating
     decision = decide(prose, [ngram, PoolView("off", None)], cal)
