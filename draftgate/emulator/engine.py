@@ -269,7 +269,7 @@ class Engine:
         members: list[Sequence] = []  # in the order of ``works``
         works: list[Work] = []
         preempted = False
-        scheduled: set[int] = set()
+        block = self.profile.block_size
         for seq in list(self.running):  # running first, in order, as vLLM's scheduler takes them
             if budget <= 0:
                 break
@@ -281,10 +281,10 @@ class Engine:
             else:
                 draft = max(0, min(self._proposal(seq, depth), budget - 1)) if depth else 0
                 need = seq.prompt_len + seq.emitted + 1 + draft
-            if not self._grow(seq, need, scheduled):
+            # most steps fit in the blocks a sequence holds: ``_grow`` only when they do not
+            if -(-need // block) * block > seq.kv_tokens and not self._grow(seq, need, members):
                 preempted = True
                 continue
-            scheduled.add(id(seq))
             if seq.computed < seq.prefill_len:
                 prefills.append((seq, chunk))
                 works.append(self._prefill_work(seq, chunk))
@@ -320,7 +320,11 @@ class Engine:
             if seq.computed >= seq.prefill_len and not seq.aborted:
                 self._emit(seq, 1, end)  # the prefill's last chunk samples the first token
         for seq in step.decodes:
-            if not seq.aborted:
+            if seq.aborted:
+                continue
+            if seq.draft_len <= 0 or seq.positions is None:
+                self._emit(seq, 1, end)
+            else:
                 self._decode(seq, end)
         if self._done:
             self._retire()
@@ -363,12 +367,13 @@ class Engine:
             self.observer.admitted(seq)
         return True
 
-    def _grow(self, seq: Sequence, tokens: int, scheduled: set[int]) -> bool:
+    def _grow(self, seq: Sequence, tokens: int, scheduled: list[Sequence]) -> bool:
         """KV blocks for ``tokens`` of ``seq``, preempting the last admitted sequences not yet
-        scheduled this step until they fit; False when ``seq`` itself had to be preempted."""
+        ``scheduled`` this step until they fit; False when ``seq`` itself had to be preempted."""
         need = self._blocks(tokens) - seq.kv_tokens
+        taken = {id(s) for s in scheduled}
         while need > 0 and self.kv_used + need > self.kv_capacity:
-            victim = next((s for s in reversed(self.running) if id(s) not in scheduled), None)
+            victim = next((s for s in reversed(self.running) if id(s) not in taken), None)
             if victim is None:
                 return False
             self._preempt(victim)
@@ -404,10 +409,9 @@ class Engine:
         return min(hits * self.profile.block_size, max(0, seq.prefill_len - 1))
 
     def _decode(self, seq: Sequence, end: float) -> None:
+        """A speculation round of ``seq``: its accepted draft tokens and the target's own."""
         draft_len = seq.draft_len
-        if draft_len <= 0 or seq.positions is None:
-            self._emit(seq, 1, end)
-            return
+        assert seq.positions is not None
         start = seq.emitted
         accepted = seq.positions.accepted(start, draft_len, seq.temperature, not self.model_drafter)
         self.num_drafts += 1
@@ -420,7 +424,9 @@ class Engine:
 
     def _emit(self, seq: Sequence, count: int, end: float) -> None:
         start = seq.emitted
-        stop = min(len(seq.output), start + count)
+        stop = start + count
+        if stop > len(seq.output):
+            stop = len(seq.output)
         if stop <= start:
             return
         seq.emitted = stop

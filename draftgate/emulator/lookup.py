@@ -105,9 +105,11 @@ class AnswerCache:
             self._sources.popleft()
             self._evicted += 1
         serial = self._serial
-        for end in range(1, len(tokens)):
-            for n in range(1, min(self.longest, end) + 1):
-                self._latest[tokens[end - n:end]] = (serial, end)
+        # each n-gram of up to ``longest`` tokens with a token after it, its latest occurrence winning; one
+        # comprehension a length rather than a loop a token: a suffix server adds every answer it gives
+        ends = [(serial, end) for end in range(len(tokens))]
+        for n in range(1, min(self.longest, len(tokens) - 1) + 1):
+            self._latest.update({tokens[end - n:end]: ends[end] for end in range(n, len(tokens))})
         # drop what points into evicted answers once as many were evicted as are kept: the index stays within
         # twice the live answers', and is rebuilt once every ``size`` answers rather than on every one
         if self._evicted >= self.size:

@@ -61,7 +61,7 @@ _REJECTION_PASSES = 2
 _ASYNC_METHODS = frozenset({"eagle", "eagle3", "mtp", "medusa"})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Work:
     """One sequence's part of a step."""
 
@@ -112,7 +112,7 @@ def _model(shape: ModelShape, gpu: Gpu, efficiency: Efficiency, tp: int, weight_
     )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Cost:
     """A pass's seconds and how they split: ``each`` per sequence, ``token`` per token, ``attention``
     per unit of prefill work, ``kv`` per token of KV read."""
@@ -183,10 +183,13 @@ class Physics:
         widest = narrowest = works[0].new_tokens
         for w in works:
             t = w.new_tokens
-            widest, narrowest = max(widest, t), min(narrowest, t)
+            if t > widest:
+                widest = t
+            elif t < narrowest:
+                narrowest = t
             tokens += t
             kv_read += w.context + t
-            if w.decoding:
+            if t == 1 + w.draft_len:  # decoding
                 sampled += t
                 drafted += w.draft_len
             else:
@@ -204,9 +207,13 @@ class Physics:
             rejection = e.spec_round_overhead_seconds + drafted * _REJECTION_PASSES * self.sample_seconds
             seconds += rejection
             each += rejection / n
-        charges = [each + cost.token * w.new_tokens + cost.kv * (w.context + w.new_tokens)
-                   + (0.0 if w.decoding else cost.attention * w.new_tokens * (w.context + w.new_tokens / 2))
-                   for w in works]
+        token, kv, attention = cost.token, cost.kv, cost.attention
+        if decode_only:
+            charges = [each + token * w.new_tokens + kv * (w.context + w.new_tokens) for w in works]
+        else:
+            charges = [each + token * w.new_tokens + kv * (w.context + w.new_tokens)
+                       + (0.0 if w.decoding else attention * w.new_tokens * (w.context + w.new_tokens / 2))
+                       for w in works]
         cpu = e.cpu_step_seconds + e.cpu_per_sequence_seconds * n + launches * self.target.layers
         if self.draft is not None:
             if drafted or any(w.draft_prefill for w in works):
@@ -240,18 +247,27 @@ class Physics:
         assert m is not None and drafter is not None
         overhead = drafter.pass_overhead_seconds
         # the first pass
-        first = [(i, w, w.new_tokens if w.draft_len else w.draft_prefill) for i, w in enumerate(works)
-                 if w.draft_len or w.draft_prefill]
-        tokens = sum(t for _, _, t in first)
-        prefill_work = sum(t * (w.context + t / 2) for _, w, t in first if not w.draft_len)
-        kv_read = sum(w.context + t for _, w, t in first)
+        first = []
+        tokens = kv_read = longest = 0
+        prefill_work = 0.0
+        for i, w in enumerate(works):
+            if w.draft_len:
+                t = w.new_tokens
+                longest = max(longest, w.draft_len)
+            elif w.draft_prefill:
+                t = w.draft_prefill
+                prefill_work += t * (w.context + t / 2)
+            else:
+                continue
+            first.append((i, w, t))
+            tokens += t
+            kv_read += w.context + t
         cost = _pass(m, len(first), tokens, tokens, prefill_work, kv_read)
         seconds = cost.seconds + overhead
         for i, w, t in first:
             charges[i] += (cost.each + overhead / len(first) + cost.token * t + cost.kv * (w.context + t)
                            + (0.0 if w.draft_len else cost.attention * t * (w.context + t / 2)))
         # further positions: a sequence drafting d tokens is charged a[d] + b[d] * context
-        longest = max(w.draft_len for w in works)
         if longest < 2:
             return seconds
         count = [0] * (longest + 1)
