@@ -28,7 +28,7 @@ demo: $(STAMP)
 evaluate: $(STAMP)
 	$(BIN)/draftgate evaluate
 
-# The plan against the verdict across fleet sizes, latency targets and traffic mixes, two seeds each (docs/plan.md).
+# The plan against the verdict across fleet sizes, latency targets and traffic mixes, two seeds each: hours on 2 cores (docs/plan.md).
 evaluate-grid: $(STAMP)
 	$(BIN)/draftgate evaluate --grid
 

@@ -55,12 +55,21 @@ def row(targets: str, traffic: str, gpus: int, strategies: dict[str, Any]) -> di
     by_seed = [gs / bs for gs, bs in zip(g["by_seed"], b["by_seed"]) if bs > 0]
     errors = [e for e in gate["plan_error_by_seed"] if e is not None]
     return {"targets": targets, "traffic": traffic, "gpus": gpus, "best_homogeneous": best,
-            "best_rps_per_gpu": b["mean"], "gate_rps_per_gpu": g["mean"], "gate_fleet": gate["plan"],
+            "best_rps_per_gpu": b["mean"], "gate_rps_per_gpu": g["mean"], "gate_fleet": _fleets(gate),
             "ratio": round(g["mean"] / b["mean"], 4) if b["mean"] > 0 else None,
             "worst_seed_ratio": round(min(by_seed), 4) if by_seed else None,
             "plan_predicted_rps_per_gpu": gate["plan_predicted_capacity_rps_per_gpu"]["mean"],
             "plan_error_by_seed": errors,
             "plan_error_mean_abs": round(statistics.fmean(abs(e) for e in errors), 4) if errors else None}
+
+
+def _fleets(gate: dict[str, Any]) -> str:
+    """The fleet the gate ran: one, or each seed's where the seeds' plans differ (the worst seed's ratio is
+    then read against its own)."""
+    by_seed = gate.get("plans_by_seed")
+    if not by_seed:
+        return gate["plan"]
+    return "; ".join(f"seed {seed}: {fleet}" for seed, fleet in sorted(by_seed.items(), key=lambda kv: int(kv[0])))
 
 
 def table(rows: list[dict[str, Any]]) -> str:

@@ -116,6 +116,11 @@ def test_a_grid_row_sets_the_gate_beside_the_best_homogeneous_fleet_seed_by_seed
     assert "| relaxed | chat-heavy | 4 | always EAGLE-3 K=3 | 2.70 | 2.60 | 0.96 | 0.85 | 2.75 | +10%, -5% |" in printed
     assert "within 10% on every seed at 1 of 1 points" in printed
     assert "0.98x the best homogeneous fleet at 0 of 1" in printed
+    assert printed.rstrip().splitlines()[2].endswith("| all plain |")
+    # seeds that ran different fleets are each named: the worst seed's ratio is read against its own
+    split = {**strategies["gate"], "plans_by_seed": {"2": "all eagle3-k3", "1": "all plain"}}
+    row = grid.row("relaxed", "chat-heavy", 4, {**strategies, "gate": split})
+    assert row["gate_fleet"] == "seed 1: all plain; seed 2: all eagle3-k3"
 
 
 def test_the_capacity_table_of_real_pools_names_the_gates_fleet_without_a_plan_to_set_beside_it() -> None:
