@@ -247,7 +247,7 @@ class Physics:
         assert m is not None and drafter is not None
         overhead = drafter.pass_overhead_seconds
         # the first pass
-        first = []
+        first: list[tuple[int, Work, int]] = []
         tokens = kv_read = longest = 0
         prefill_work = 0.0
         for i, w in enumerate(works):
