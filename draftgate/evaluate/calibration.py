@@ -36,10 +36,12 @@ OFF = "spec-off"
 @dataclass(frozen=True)
 class Calibrated:
     """What calibration learned of the pools: the gate's fit, and the engine profile fitted from the
-    same runs (``calibrate.hardware_fit``), from which the plan simulates the fleets it weighs."""
+    same runs (``calibrate.hardware_fit``), from which the plan simulates the fleets it weighs; and the
+    runs themselves (``protocol.execute``'s state)."""
 
     fit: protocol.Fit
     hardware: HardwareFit
+    state: dict[str, dict[str, Any]]
 
 
 def calibrate(bank: Bank, pools: list[PoolSpec], arms: dict[str, list[dict[str, Any]]], requests: int,
@@ -56,15 +58,15 @@ def calibrate(bank: Bank, pools: list[PoolSpec], arms: dict[str, list[dict[str, 
 
     def batch(pool: protocol.Pool, bodies: list[dict[str, Any]], template: Record, model: str
               ) -> tuple[list[Record], dict[str, float]]:
-        return _batch(bank, servers[pool.name], bodies, template, model, max_num_seqs)
+        return closed_loop(bank, servers[pool.name], bodies, template, model, max_num_seqs)
 
     state = protocol.execute(plan, None, batch=batch)
     fit = protocol.fit(plan, state, 0.6)
-    return Calibrated(fit, fit_hardware(plan, state, fit, base or EngineProfile()))
+    return Calibrated(fit, fit_hardware(plan, state, fit, base or EngineProfile()), state)
 
 
-def _batch(bank: Bank, server: PoolSpec, bodies: list[dict[str, Any]], template: Record, model: str,
-           max_num_seqs: int) -> tuple[list[Record], dict[str, float]]:
+def closed_loop(bank: Bank, server: PoolSpec, bodies: list[dict[str, Any]], template: Record, model: str,
+                max_num_seqs: int) -> tuple[list[Record], dict[str, float]]:
     """One batch on a fresh server of ``server``'s configuration, at the template's concurrency."""
     fleet = Fleet((server,))
     requests = []

@@ -1,0 +1,74 @@
+"""What calibration reads as a step's time at each load, beside a step with few prefills beside it.
+
+    python -m bench.calibration_step_time [--loads 1,4,16,64,128] [--seed 2]
+
+The protocol times each pool in closed loops, every arm at every concurrency, and reads a plain step's
+time ``c_T(b)`` as the median TPOT of the plain pool's requests, and an EAGLE-3 round's as TPOT times
+the tokens a round emits. A closed loop replaces each finished request at once, so where answers are
+short and the load high, a new prompt is prefilled every step or two and the TPOT carries those
+prefills; the plan's model then prices prefill stalls of its own on top. Here the fitted figures
+(emulated H200, the seed's profile, the verdict's arms) are set beside the same prompts answered at
+``LONG_ANSWER`` tokens, where a prefill comes every few steps at most.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+from draftgate.calibrate.protocol import records_of, timing_bodies
+from draftgate.calibrate.runner import Record
+from draftgate.evaluate import bench
+from draftgate.evaluate.calibration import OFF, calibrate, closed_loop
+from draftgate.evaluate.fleet import PoolSpec
+from draftgate.evaluate.strategies import FIXED
+from draftgate.workloads.mix import MODEL
+
+LONG_ANSWER = 1024  # tokens: a closed loop at 128 running then starts a new request every 8 steps
+EAGLE = FIXED["always EAGLE-3 K=3"]
+
+
+def step_of(records: list[Record], speculative: bool) -> float:
+    """The protocol's reading of a step: the median TPOT; for a model drafter's round, TPOT times the
+    tokens a round emits (tau + 1)."""
+    if speculative:
+        return statistics.median(r.tpot * (r.tau + 1.0) for r in records if r.tpot is not None and r.tau is not None)
+    return statistics.median(r.tpot for r in records if r.tpot is not None)
+
+
+def few_prefills(seed: int, server: PoolSpec, arm: list[dict], load: int) -> float:
+    """A step (or round) at ``load`` running, the prose arm's prompts answered at ``LONG_ANSWER`` tokens."""
+    bodies = timing_bodies([dict(b, max_tokens=LONG_ANSWER, ignore_eos=True) for b in arm],
+                           bench.CALIBRATION_REQUESTS, load)
+    template = Record(arm="A", pool=server.name, gamma=server.depth, concurrency=load, regime="greedy",
+                      kind="timing", index=0)
+    records, _ = closed_loop(bench.bank_of(seed), server, bodies, template, MODEL, bench.MAX_NUM_SEQS)
+    return step_of(records, server.speculative)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--loads", default="1,4,16,64,128", help="running sequences, comma-separated")
+    parser.add_argument("--seed", type=int, default=2)
+    args = parser.parse_args()
+    loads = tuple(int(n) for n in args.loads.split(","))
+    arms = bench.calibration_arms()
+    calibrated = calibrate(bench.bank_of(args.seed), [EAGLE], arms, bench.CALIBRATION_REQUESTS, loads,
+                           bench.MAX_NUM_SEQS)
+    fit, state = calibrated.fit, calibrated.state
+    plain, eagle = PoolSpec(OFF, 1), PoolSpec(EAGLE.name, 1, EAGLE.method, EAGLE.depth, EAGLE.lookup)
+    print(f"seed {args.seed}: a plain step and an EAGLE-3 K=3 round (ms), as calibration fits them from every arm, "
+          f"by arm, and with {LONG_ANSWER}-token answers (few prefills)")
+    print("load  plain fitted     A      B      C      D  few prefills  fitted over  |  EAGLE-3 fitted  few prefills  "
+          "fitted over")
+    for load in loads:
+        by_arm = [step_of(records_of(state, "timing", OFF, arm, "greedy", load), False) for arm in "ABCD"]
+        clean, clean_round = few_prefills(args.seed, plain, arms["A"], load), few_prefills(args.seed, eagle, arms["A"], load)
+        fitted, fitted_round = fit.c_t[load], fit.round_time[(EAGLE.name, load)]
+        print(f"{load:>4}  {1000 * fitted:12.1f}  " + "  ".join(f"{1000 * t:5.1f}" for t in by_arm)
+              + f"  {1000 * clean:12.1f}  {fitted / clean - 1:+11.0%}  |  {1000 * fitted_round:14.1f}  "
+              f"{1000 * clean_round:12.1f}  {fitted_round / clean_round - 1:+11.0%}")
+
+
+if __name__ == "__main__":
+    main()
