@@ -1,14 +1,14 @@
-"""What calibration reads as a step's time at each load, beside a step with few prefills beside it.
+"""The step and round times calibration fits by load, beside what the arms' own batches read and beside
+answers long enough that few prefills fall among the steps.
 
     python -m bench.calibration_step_time [--loads 1,4,16,64,128] [--seed 2]
 
-The protocol times each pool in closed loops, every arm at every concurrency, and reads a plain step's
-time ``c_T(b)`` as the median TPOT of the plain pool's requests, and an EAGLE-3 round's as TPOT times
-the tokens a round emits. A closed loop replaces each finished request at once, so where answers are
-short and the load high, a new prompt is prefilled every step or two and the TPOT carries those
-prefills; the plan's model then prices prefill stalls of its own on top. Here the fitted figures
-(emulated H200, the seed's profile, the verdict's arms) are set beside the same prompts answered at
-``LONG_ANSWER`` tokens, where a prefill comes every few steps at most.
+A closed loop replaces each finished request at once, so where answers are short and the load high, a
+new prompt is prefilled every step or two and the TPOTs carry those prefills, which the plan's model
+prices again as stalls. So the protocol times a plain step and a model drafter's round in step batches
+(``protocol.STEP_ANSWER`` tokens an answer) rather than in the arms' batches. Here, on an emulated H200
+with the seed's profile and the verdict's arms: the fit, the plain step each arm's batches would give,
+and the same prompts answered at ``LONG_ANSWER`` tokens, where a prefill comes every eight steps at most.
 """
 
 from __future__ import annotations
@@ -57,9 +57,9 @@ def main() -> None:
                            bench.MAX_NUM_SEQS)
     fit, state = calibrated.fit, calibrated.state
     plain, eagle = PoolSpec(OFF, 1), PoolSpec(EAGLE.name, 1, EAGLE.method, EAGLE.depth, EAGLE.lookup)
-    print(f"seed {args.seed}: a plain step and an EAGLE-3 K=3 round (ms), as calibration fits them from every arm, "
-          f"by arm, and with {LONG_ANSWER}-token answers (few prefills)")
-    print("load  plain fitted     A      B      C      D  few prefills  fitted over  |  EAGLE-3 fitted  few prefills  "
+    print(f"seed {args.seed}: a plain step and an EAGLE-3 K=3 round (ms) as calibration fits them, the plain step "
+          f"in each arm's batches, and both with {LONG_ANSWER}-token answers (few prefills)")
+    print("load  plain fitted  arm A  arm B  arm C  arm D  few prefills  fitted over  |  EAGLE-3 fitted  few prefills  "
           "fitted over")
     for load in loads:
         by_arm = [step_of(records_of(state, "timing", OFF, arm, "greedy", load), False) for arm in "ABCD"]

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from draftgate.calibrate.protocol import CalibrationPlan, Fit, Pool, records_of
+from draftgate.calibrate.protocol import CalibrationPlan, Fit, Pool, records_of, step_records
 from draftgate.emulator.hardware import DEFAULT
 from draftgate.emulator.physics import Physics, Work
 from draftgate.emulator.profile import EngineProfile
@@ -97,7 +97,8 @@ def fit_hardware(plan: CalibrationPlan, state: dict[str, dict[str, Any]], fit: F
 
 
 def _mean_context(state: dict[str, dict[str, Any]], pool: str, concurrency: int) -> int:
-    records = [r for r in records_of(state, "timing", pool, regime="greedy", concurrency=concurrency) if r.tpot]
+    """The context a pool's step was timed at (``protocol.step_records``): prompt and half the answer."""
+    records = [r for r in step_records(state, pool, concurrency) if r.tpot]
     if not records:
         return 500
     return int(statistics.fmean(r.prompt_tokens + r.completion_tokens / 2 for r in records))

@@ -2,6 +2,16 @@
 
 Runs are keyed (kind, arm, pool, concurrency, regime) and appended to a state
 file as they finish, so an interrupted calibration resumes where it stopped.
+
+Acceptance comes from the arms' own answers; a step's time does not. A closed
+loop replaces each finished request at once, so where the arms' answers are
+short (tool calls of a few dozen tokens, agent turns behind thousands of
+prompt tokens) and the load high, a new prompt is prefilled every step or two
+and its TPOT carries those prefills, which the plan prices again as stalls
+(``bench.calibration_step_time``: a plain step at 64 running read 28% high, an
+EAGLE-3 round 34%). So each pool also runs *step* batches at every load: the
+prose arm's prompts answered at ``STEP_ANSWER`` tokens, a prefill every few
+steps at most, from which a plain step and a model drafter's round are timed.
 """
 
 from __future__ import annotations
@@ -37,6 +47,9 @@ ARM_NAMES = {"A": "free prose", "B": "schema-bound tool calls (temperature 0)", 
              "D": "agent loop replay"}
 DELTA_AT_ONE = 0.01  # the d / delta split is a convention: delta(1) is taken as this prior
 MIN_DRAFTED_TO_FIT = 1.0  # draft tokens a round must verify, on average, for its cost per token to be fitted
+STEP_ANSWER = 512  # tokens a step batch's answers run to: at 128 running, a new prompt every 4 steps
+STEP_ARM = "A"  # whose prompts the step batches answer (short prose prompts: cheap to prefill)
+STEP_REQUESTS = 4  # a step batch's requests at the least
 
 
 @dataclass(frozen=True)
@@ -75,6 +88,9 @@ class CalibrationPlan:
                     for pool in [self.off, *self.spec]:
                         out.append(("timing", arm, pool, c, regime))
             out.append(("entropy", arm, self.off, max(self.concurrency), "greedy"))
+        if STEP_ARM in self.arms:
+            out += [("step", STEP_ARM, pool, c, "greedy") for c in self.concurrency for pool in [self.off, *self.spec]
+                    if not pool.copies]
         if "B" in self.arms:
             out.append(("repeat", "B", self.off, self.concurrency[0], "greedy"))
         out.append(("prefill", "P", self.off, 1, "greedy"))
@@ -96,6 +112,21 @@ def timing_bodies(workload: list[dict[str, Any]], requests: int, concurrency: in
     measures the load it is labelled with only while that many requests are in flight."""
     count = max(requests, 2 * concurrency)
     return [workload[i % len(workload)] for i in range(count)]
+
+
+def step_bodies(workload: list[dict[str, Any]], concurrency: int) -> list[dict[str, Any]]:
+    """Twice ``concurrency`` of the arm's requests (the fewest that hold the load; ``STEP_REQUESTS`` at
+    least), each answered at ``STEP_ANSWER`` tokens whatever it would say: every TPOT averages hundreds
+    of steps, so a few requests time a step."""
+    return [dict(body, max_tokens=STEP_ANSWER, ignore_eos=True)
+            for body in timing_bodies(workload, STEP_REQUESTS, concurrency)]
+
+
+def step_records(state: dict[str, dict[str, Any]], pool: str, concurrency: int) -> list[Record]:
+    """A pool's greedy records a step's time is read from at one load: its step batch's, or, in a state
+    written without step batches, its timing batches'."""
+    found = records_of(state, "step", pool, regime="greedy", concurrency=concurrency)
+    return found or records_of(state, "timing", pool, regime="greedy", concurrency=concurrency)
 
 
 def prefill_bodies(model: str, n: int, nonce: Callable[[int], str] = lambda i: uuid.uuid4().hex
@@ -145,8 +176,12 @@ def execute(plan: CalibrationPlan, state_path: Path | None, progress: Callable[[
             progress(i, len(runs), k)
         if k in state:
             continue
-        bodies = prefill_bodies(plan.model, plan.requests, plan.nonce) if kind == "prefill" else timing_bodies(
-            plan.workloads[arm], plan.requests, c if kind == "timing" else 1)
+        if kind == "prefill":
+            bodies = prefill_bodies(plan.model, plan.requests, plan.nonce)
+        elif kind == "step":
+            bodies = step_bodies(plan.workloads[arm], c)
+        else:
+            bodies = timing_bodies(plan.workloads[arm], plan.requests, c if kind == "timing" else 1)
         template = Record(arm=arm, pool=pool.name, gamma=pool.gamma, concurrency=c, regime=regime,
                           kind="entropy" if kind == "entropy" else "timing", index=0)
         records, deltas = batch(pool, bodies, template, plan.model)
@@ -202,12 +237,11 @@ class Fit:
 
 
 def fit(plan: CalibrationPlan, state: dict[str, dict[str, Any]], default_temperature: float) -> Fit:
-    c_t: dict[int, float] = {}
-    for c in plan.concurrency:
-        tpots = [r.tpot for r in records_of(state, "timing", plan.off.name, regime="greedy", concurrency=c)
-                 if r.tpot is not None]
-        if tpots:
-            c_t[c] = statistics.median(tpots)
+    c_t = _plain_steps(plan, lambda c: step_records(state, plan.off.name, c))
+    # a lookup drafts only on the arms' own answers, so its rounds are timed in the arms' batches, against
+    # the plain pool's step in the same batches
+    c_t_arms = _plain_steps(plan, lambda c: records_of(state, "timing", plan.off.name, regime="greedy",
+                                                        concurrency=c))
     round_time: dict[tuple[str, int], float] = {}
     overheads: dict[int, float] = {}
     pool_overheads: dict[str, dict[int, float]] = {p.name: {} for p in plan.spec}
@@ -215,14 +249,15 @@ def fit(plan: CalibrationPlan, state: dict[str, dict[str, Any]], default_tempera
     for c in plan.concurrency:
         rounds = []
         for pool in plan.spec:
+            step = (c_t_arms if pool.copies else c_t).get(c)
             found = _round(state, pool, c)
-            if found is None or c not in c_t:
+            if found is None or step is None:
                 continue
             round_time[(pool.name, c)], per_round = found
             drafted[pool.name][c] = per_round
             # a lookup that verifies less than a token a round leaves its cost per drafted token buried
             # in the noise of comparing two pools' timings: not fitted at that load
-            ov = (fitting.overhead(c_t[c], [(per_round, round_time[(pool.name, c)])])
+            ov = (fitting.overhead(step, [(per_round, round_time[(pool.name, c)])])
                   if per_round >= MIN_DRAFTED_TO_FIT else None)
             if ov is not None:
                 pool_overheads[pool.name][c] = ov
@@ -262,6 +297,16 @@ def fit(plan: CalibrationPlan, state: dict[str, dict[str, Any]], default_tempera
                uncertainty, residuals, pool_fits)
 
 
+def _plain_steps(plan: CalibrationPlan, records_at: Callable[[int], list[Record]]) -> dict[int, float]:
+    """The plain pool's step time by load: the median TPOT of ``records_at(load)``."""
+    steps = {}
+    for c in plan.concurrency:
+        tpots = [r.tpot for r in records_at(c) if r.tpot is not None]
+        if tpots:
+            steps[c] = statistics.median(tpots)
+    return steps
+
+
 def _law_reference(plan: CalibrationPlan) -> list[Pool]:
     """The pools the calibration's kappa and sampled predictabilities are fitted on: the draft models
     (the law's reference drafter), else any model drafter. Heads also get a kappa of their own; a
@@ -281,14 +326,16 @@ def _tau_of(pool: Pool, record: Record) -> float | None:
 def _round(state: dict[str, dict[str, Any]], pool: Pool, concurrency: int) -> tuple[float, float] | None:
     """A pool's median seconds per decoding round at one load, and the draft tokens a round verifies.
 
-    A model drafter drafts ``gamma`` every round, and its per-request tau counts every round. A
+    A model drafter drafts ``gamma`` every round, and its per-request tau counts every round: its
+    rounds are timed in its step batches (``step_records``). A
     lookup proposes only where it finds a match, and vLLM counts only those rounds, so its rounds
     and drafted tokens come from the batch's counters: each round emits one token and the accepted."""
-    records = [r for r in records_of(state, "timing", pool.name, regime="greedy", concurrency=concurrency)
-               if r.tpot is not None]
     if not pool.copies:
+        records = [r for r in step_records(state, pool.name, concurrency) if r.tpot is not None]
         values = [r.tpot * (r.tau + 1.0) for r in records if r.tau is not None]
         return (statistics.median(values), float(pool.gamma)) if values else None
+    records = [r for r in records_of(state, "timing", pool.name, regime="greedy", concurrency=concurrency)
+               if r.tpot is not None]
     entries = [entry.get("counters", {}) for k, entry in state.items()
                if (parts := k.split("|"))[0] == "timing" and parts[2:] == [pool.name, str(concurrency), "greedy"]]
     accepted = sum(e.get("num_accepted_tokens", 0.0) for e in entries)
@@ -393,11 +440,12 @@ def _uncertainty(plan: CalibrationPlan, state: dict[str, dict[str, Any]], entrop
     out: dict[str, float | None] = {}
     first = min(plan.concurrency)
     for c in plan.concurrency:
-        off = [r for r in records_of(state, "timing", plan.off.name, regime="greedy", concurrency=c) if r.tpot]
+        off = [r for r in step_records(state, plan.off.name, c) if r.tpot]
         out[f"c_T({c})"] = fitting.bootstrap(off, lambda rs: statistics.median(r.tpot for r in rs))
     for pool in plan.spec:
-        recs = [r for r in records_of(state, "timing", pool.name, regime="greedy", concurrency=first)
-                if r.tpot and r.tau is not None]
+        timed = (records_of(state, "timing", pool.name, regime="greedy", concurrency=first) if pool.copies
+                 else step_records(state, pool.name, first))
+        recs = [r for r in timed if r.tpot and r.tau is not None]
         if first in c_t:
             out[f"delta+d({first}) from {pool.name}"] = fitting.bootstrap(
                 recs, lambda rs, g=pool.gamma: fitting.overhead(

@@ -28,8 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="method of each --spec-on pool, comma-separated, in order (draft_model, eagle, eagle3, "
                              "mtp, ngram, suffix; default draft_model): each pool gets its own fit")
     parser.add_argument("--model", default="Qwen/Qwen3-32B")
-    parser.add_argument("--concurrency", type=_ints, default=[1, 4, 16, 64],
-                        help="loads to measure c_T and delta at, up to the pools' max_num_seqs (the gate "
+    parser.add_argument("--concurrency", type=_ints, default=[1, 4, 16, 64, 128],
+                        help="loads to measure c_T and delta at, up to the batch your pools run at (the gate "
                              "interpolates between them and extrapolates past the last, saying so)")
     parser.add_argument("--arms", default="A,B,C,D", help="arms to run (A prose, B tools, C reasoning, D agent)")
     parser.add_argument("--workload", action="append", default=[], metavar="ARM=FILE.jsonl",

@@ -70,7 +70,9 @@ REFERENCE_RATE_PER_GPU = 1.0  # where cost and routes by workload are reported
 MAX_NUM_SEQS = 1024  # vLLM's defaults on an H200
 MAX_NUM_BATCHED_TOKENS = 8192
 CALIBRATION_REQUESTS = 4
-CALIBRATION_LOADS = (1, 8, 32)
+# running sequences the calibration times the pools at: up to where relaxed and throughput targets put a GPU,
+# past the batch at which verifying K+1 tokens a sequence turns compute-bound (about 40 at K=3 on an H200)
+CALIBRATION_LOADS = (1, 8, 32, 128)
 PLAN_TRAFFIC_RATE = 0.5  # per GPU: the calibration split replayed lightly, for the plan to read
 TABLE_RATES = (1.0, 2.0, 4.0)  # per GPU, choosing the dynamic-K table
 SPLIT_FROM_GPUS = 4  # fleet sizes from which the best split is run beside the gate's fleet
