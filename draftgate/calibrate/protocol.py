@@ -9,9 +9,11 @@ short (tool calls of a few dozen tokens, agent turns behind thousands of
 prompt tokens) and the load high, a new prompt is prefilled every step or two
 and its TPOT carries those prefills, which the plan prices again as stalls
 (``bench.calibration_step_time``: a plain step at 64 running read 28% high, an
-EAGLE-3 round 34%). So each pool also runs *step* batches at every load: the
-prose arm's prompts answered at ``STEP_ANSWER`` tokens, a prefill every few
-steps at most, from which a plain step and a model drafter's round are timed.
+EAGLE-3 round 34%). So the plain pool and each model drafter also run *step*
+batches at every load: the prose arm's prompts answered at ``STEP_ANSWER``
+tokens, a prefill every few steps at most, from which a plain step and a
+model drafter's round are timed. A lookup drafts only on what the arms'
+answers hold to copy, so its rounds stay timed in the arms' batches.
 """
 
 from __future__ import annotations
