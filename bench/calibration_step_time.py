@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from draftgate.calibrate.protocol import records_of, timing_bodies
+from draftgate.calibrate.protocol import records_of, step_bodies
 from draftgate.calibrate.runner import Record
 from draftgate.evaluate import bench
 from draftgate.evaluate.calibration import OFF, calibrate, closed_loop
@@ -38,8 +38,7 @@ def step_of(records: list[Record], speculative: bool) -> float:
 
 def few_prefills(seed: int, server: PoolSpec, arm: list[dict], load: int) -> float:
     """A step (or round) at ``load`` running, the prose arm's prompts answered at ``LONG_ANSWER`` tokens."""
-    bodies = timing_bodies([dict(b, max_tokens=LONG_ANSWER, ignore_eos=True) for b in arm],
-                           bench.CALIBRATION_REQUESTS, load)
+    bodies = step_bodies(arm, load, LONG_ANSWER)
     template = Record(arm="A", pool=server.name, gamma=server.depth, concurrency=load, regime="greedy",
                       kind="timing", index=0)
     records, _ = closed_loop(bench.bank_of(seed), server, bodies, template, MODEL, bench.MAX_NUM_SEQS)
@@ -57,17 +56,25 @@ def main() -> None:
                            bench.MAX_NUM_SEQS)
     fit, state = calibrated.fit, calibrated.state
     plain, eagle = PoolSpec(OFF, 1), PoolSpec(EAGLE.name, 1, EAGLE.method, EAGLE.depth, EAGLE.lookup)
-    print(f"seed {args.seed}: a plain step and an EAGLE-3 K=3 round (ms) as calibration fits them, the plain step "
-          f"in each arm's batches, and both with {LONG_ANSWER}-token answers (few prefills)")
-    print("load  plain fitted  arm A  arm B  arm C  arm D  few prefills  fitted over  |  EAGLE-3 fitted  few prefills  "
-          "fitted over")
+    print(f"seed {args.seed}: a plain step and an EAGLE-3 K=3 round (ms) as calibration fits them, as every arm's "
+          f"batches together read them, the plain step in each arm's batches, and both with {LONG_ANSWER}-token "
+          "answers (few prefills); each reading over the few-prefill figure")
+    print("load  plain fitted  all arms  arm A  arm B  arm C  arm D  few prefills  |  EAGLE-3 fitted  all arms  "
+          "few prefills")
     for load in loads:
         by_arm = [step_of(records_of(state, "timing", OFF, arm, "greedy", load), False) for arm in "ABCD"]
-        clean, clean_round = few_prefills(args.seed, plain, arms["A"], load), few_prefills(args.seed, eagle, arms["A"], load)
+        arms_plain = step_of(records_of(state, "timing", OFF, regime="greedy", concurrency=load), False)
+        arms_round = step_of(records_of(state, "timing", EAGLE.name, regime="greedy", concurrency=load), True)
+        clean, clean_round = (few_prefills(args.seed, pool, arms["A"], load) for pool in (plain, eagle))
         fitted, fitted_round = fit.c_t[load], fit.round_time[(EAGLE.name, load)]
-        print(f"{load:>4}  {1000 * fitted:12.1f}  " + "  ".join(f"{1000 * t:5.1f}" for t in by_arm)
-              + f"  {1000 * clean:12.1f}  {fitted / clean - 1:+11.0%}  |  {1000 * fitted_round:14.1f}  "
-              f"{1000 * clean_round:12.1f}  {fitted_round / clean_round - 1:+11.0%}")
+        print(f"{load:>4}  {_over(fitted, clean):>12}  {_over(arms_plain, clean):>8}  "
+              + "  ".join(f"{1000 * t:5.1f}" for t in by_arm)
+              + f"  {1000 * clean:12.1f}  |  {_over(fitted_round, clean_round):>14}  {_over(arms_round, clean_round):>8}"
+              f"  {1000 * clean_round:12.1f}")
+
+
+def _over(seconds: float, clean: float) -> str:
+    return f"{1000 * seconds:.1f} {seconds / clean - 1:+.0%}"
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@ loop replaces each finished request at once, so where the arms' answers are
 short (tool calls of a few dozen tokens, agent turns behind thousands of
 prompt tokens) and the load high, a new prompt is prefilled every step or two
 and its TPOT carries those prefills, which the plan prices again as stalls
-(``bench.calibration_step_time``: a plain step at 64 running read 28% high, an
-EAGLE-3 round 34%). So the plain pool and each model drafter also run *step*
+(``bench.calibration_step_time``: there a plain step at 64 running reads 28%
+high, an EAGLE-3 round 34%). So the plain pool and each model drafter also run *step*
 batches at every load: the prose arm's prompts answered at ``STEP_ANSWER``
 tokens, a prefill every few steps at most, from which a plain step and a
 model drafter's round are timed. A lookup drafts only on what the arms'
@@ -116,11 +116,11 @@ def timing_bodies(workload: list[dict[str, Any]], requests: int, concurrency: in
     return [workload[i % len(workload)] for i in range(count)]
 
 
-def step_bodies(workload: list[dict[str, Any]], concurrency: int) -> list[dict[str, Any]]:
+def step_bodies(workload: list[dict[str, Any]], concurrency: int, answer: int = STEP_ANSWER) -> list[dict[str, Any]]:
     """Twice ``concurrency`` of the arm's requests (the fewest that hold the load; ``STEP_REQUESTS`` at
-    least), each answered at ``STEP_ANSWER`` tokens whatever it would say: every TPOT averages hundreds
-    of steps, so a few requests time a step."""
-    return [dict(body, max_tokens=STEP_ANSWER, ignore_eos=True)
+    least), each answered at ``answer`` tokens whatever it would say: every TPOT averages hundreds of
+    steps, so a few requests time a step."""
+    return [dict(body, max_tokens=answer, ignore_eos=True)
             for body in timing_bodies(workload, STEP_REQUESTS, concurrency)]
 
 

@@ -15,14 +15,14 @@ NGRAM = protocol.Pool("spec-ngram", "http://ngram", 4, "ngram")
 LOADS = [1, 16]
 
 
-def _entry(kind: str, arm: str, pool: protocol.Pool, load: int, tpot: float, tau: float | None = None,
-           counters: dict[str, float] | None = None) -> tuple[str, dict[str, Any]]:
+def _entry(kind: str, arm: str, pool: protocol.Pool, load: int, tpot: float,
+           tau: float | None = None) -> tuple[str, dict[str, Any]]:
     """A batch of three requests of 101 tokens at ``tpot`` seconds a token (``tau`` per round when given)."""
     records = [Record(arm=arm, pool=pool.name, gamma=pool.gamma, concurrency=load, regime="greedy", kind="timing",
                       index=i, status=200, completion_tokens=101, decode_time=100 * tpot, tau=tau,
                       spec_steps=0 if tau is None else 30).as_json() for i in range(3)]
     k = protocol.key(kind, arm, pool, load, "greedy")
-    return k, {"key": k, "records": records, "counters": counters or {}}
+    return k, {"key": k, "records": records, "counters": {}}
 
 
 def _state(with_steps: bool) -> dict[str, dict[str, Any]]:
