@@ -8,9 +8,10 @@ traffic comes from; a request's *kind*, as the proxy routes it, is its own):
   with thinking switched off (the Qwen3 template thinks unless told not to);
 - ``chat``: ShareGPT V3 first turns, each asking for the length its real answer
   had (``max_tokens`` with ``ignore_eos``, as vLLM's serving benchmark replays it);
-- ``agent_session``: BFCL v4 multi-turn entries replayed turn by turn, each
-  request the whole conversation so far (tool results included), so a pool's
-  prefix cache matters as it does for real agents; thinking off, as above;
+- ``agent_session``: BFCL v4 multi-turn entries (all 200 of the base category)
+  replayed turn by turn, each request the whole conversation so far (tool
+  results included), so a pool's prefix cache matters as it does for real
+  agents; thinking off, as above;
 - ``reasoning``: ShareGPT first turns with thinking on;
 - ``conversation``: ShareGPT conversations replayed turn by turn, each request the
   conversation so far with its real earlier answers, asking for the length the
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from draftgate.emulator.tokens import tokenize
-from draftgate.workloads import BFCL_SAMPLE, SHAREGPT_SAMPLE, SHAREGPT_TURNS
+from draftgate.workloads import BFCL_SAMPLE, BFCL_SESSION_TOOLS, BFCL_SESSIONS, SHAREGPT_SAMPLE, SHAREGPT_TURNS
 
 MODEL = "Qwen/Qwen3-32B"
 Split = Literal["calibration", "verdict"]
@@ -111,7 +112,10 @@ def items(split: Split, traffic: str = "") -> dict[str, list[Item]]:
 def _built_in(split: Split) -> dict[str, list[Item]]:
     """The committed samples' items of ``split``, read once."""
     out: dict[str, list[Item]] = {workload: [] for workload in WORKLOADS}
-    for n, row in enumerate(_rows(BFCL_SAMPLE)):
+    tools = {row["class"]: row["tools"] for row in _rows(BFCL_SESSION_TOOLS)}
+    sessions = [dict(row, request=dict(row["request"], tools=[t for c in row["tool_classes"] for t in tools[c]]))
+                for row in _rows(BFCL_SESSIONS)]
+    for n, row in enumerate(_rows(BFCL_SAMPLE) + sessions):
         if split_of(row["id"]) != split:
             continue
         # thinking off, explicitly: these workloads measure the calls (Qwen3 thinks unless told not to);
