@@ -57,8 +57,13 @@ def main() -> None:
         planned = capacity_on(unit, "calibration", requests, targets, window)
         measured = capacity_on(unit, "verdict", requests, targets, window)
         longer = capacity_on(unit, "verdict", 4 * requests, targets, 4 * window)
-        print(f"{seed:>4}  {planned:16.2f}  {measured:12.2f}  {planned / measured - 1:+10.0%}  {longer:18.2f}  "
-              f"{measured / longer - 1:+13.0%}", flush=True)
+        print(f"{seed:>4}  {planned:16.2f}  {measured:12.2f}  {_against(planned, measured):>10}  {longer:18.2f}  "
+              f"{_against(measured, longer):>13}", flush=True)
+
+
+def _against(figure: float, reference: float) -> str:
+    """``figure`` over ``reference``, less one; "-" where the reference met the targets at no rate tried."""
+    return f"{figure / reference - 1:+.0%}" if reference > 0 else "-"
 
 
 if __name__ == "__main__":
