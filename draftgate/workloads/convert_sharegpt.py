@@ -31,7 +31,9 @@ from typing import Any
 
 from draftgate.emulator.tokens import tokenize
 
-SAMPLE = 320
+# a third calibrates: the plan's trials replay that part over and over, and a part of a hundred prompts
+# is their few longest answers' p99
+SAMPLE = 1000
 MAX_PROMPT_CHARS = 4000
 MAX_ANSWER_TOKENS = 1024  # vLLM's benchmark filters long pairs out the same way
 TURNS_SAMPLE = 90

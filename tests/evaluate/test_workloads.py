@@ -1,10 +1,11 @@
-"""The verdict's built-in traffic: BFCL's multi-turn entries as agent sessions, split by id alone."""
+"""The verdict's built-in traffic: BFCL's multi-turn entries as agent sessions, ShareGPT's first turns as chat and
+reasoning, each split by id alone."""
 
 from __future__ import annotations
 
 import json
 
-from draftgate.workloads import BFCL_SAMPLE, BFCL_SESSION_TOOLS, BFCL_SESSIONS, mix
+from draftgate.workloads import BFCL_SAMPLE, BFCL_SESSION_TOOLS, BFCL_SESSIONS, SHAREGPT_SAMPLE, mix
 
 TOOLS_BY_CLASS = {row["class"]: row["tools"] for row in map(json.loads, BFCL_SESSION_TOOLS.read_text().splitlines())}
 
@@ -18,6 +19,16 @@ def test_every_bfcl_multi_turn_entry_is_an_agent_session_in_one_split_only() -> 
     assert all(mix.split_of(i) == "calibration" for i in calibration)
     # a calibration part a few sessions long is a few sessions replayed over and over: the trial's p99 is theirs
     assert len(calibration) >= 50
+
+
+def test_every_sharegpt_first_turn_is_chat_or_reasoning_in_one_split_only() -> None:
+    rows = [json.loads(line) for line in SHAREGPT_SAMPLE.read_text().splitlines()]
+    parts = {split: {item.id for kind in ("chat", "reasoning") for item in mix.items(split)[kind]}
+             for split in ("calibration", "verdict")}
+    assert not parts["calibration"] & parts["verdict"]
+    assert parts["calibration"] | parts["verdict"] == {row["id"] for row in rows}
+    # as with the sessions: the trial replays the calibration part, whose rare long answers decide a p99
+    assert len(mix.items("calibration")["chat"]) >= 200
 
 
 def test_each_turn_of_a_session_from_the_sessions_file_carries_its_classes_tools() -> None:
