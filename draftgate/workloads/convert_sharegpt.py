@@ -27,6 +27,7 @@ import json
 import random
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from draftgate.emulator.tokens import tokenize
@@ -56,7 +57,7 @@ def records(text: str) -> Iterator[dict[str, Any]]:
 
 def main(path: str) -> None:
     usable = []
-    for record in records(open(path, encoding="utf-8").read()):
+    for record in records(Path(path).read_text(encoding="utf-8")):
         turns = record.get("conversations") or []
         if len(turns) < 2 or turns[0].get("from") != "human" or turns[1].get("from") != "gpt":
             continue
@@ -70,7 +71,7 @@ def main(path: str) -> None:
 
 def conversations(path: str) -> None:
     usable = []
-    for record in records(open(path, encoding="utf-8").read()):
+    for record in records(Path(path).read_text(encoding="utf-8")):
         turns = (record.get("conversations") or [])[: 2 * TURN_PAIRS]
         roles = [t.get("from") for t in turns]
         if len(turns) < 4 or len(turns) % 2 or roles != ["human", "gpt"] * (len(turns) // 2):
