@@ -82,12 +82,16 @@ class CalibrationPlan:
     nonce: Callable[[int], str] = field(default=lambda i: uuid.uuid4().hex, repr=False)
 
     def runs(self) -> list[tuple[str, str, Pool, int, str]]:
-        """(kind, arm, pool, concurrency, regime), timing runs first."""
+        """(kind, arm, pool, concurrency, regime), timing runs first.
+
+        Greedy batches time every pool and give each its acceptance. A sampled batch is run only on
+        the law's reference pools: their acceptance under sampling is all the fit reads of that regime
+        (``_calibration``), and on the other pools such a batch would cost as much and tell nothing."""
         out = []
         for arm in self.arms:
             for c in self.concurrency:
                 for regime in self.regimes:
-                    for pool in [self.off, *self.spec]:
+                    for pool in [self.off, *self.spec] if regime == "greedy" else _law_reference(self):
                         out.append(("timing", arm, pool, c, regime))
             out.append(("entropy", arm, self.off, max(self.concurrency), "greedy"))
         if STEP_ARM in self.arms:

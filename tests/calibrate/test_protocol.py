@@ -56,3 +56,15 @@ def test_every_load_gets_a_step_batch_of_the_plain_pool_and_each_model_drafter_b
     bodies = protocol.step_bodies([{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 64}], 16)
     assert len(protocol.step_bodies([{"messages": []}], 1)) == protocol.STEP_REQUESTS
     assert len(bodies) == 32 and all(b["max_tokens"] == protocol.STEP_ANSWER and b["ignore_eos"] for b in bodies)
+
+
+def test_every_pool_is_timed_greedy_and_only_the_laws_reference_pools_sampled() -> None:
+    head = protocol.Pool("spec-eagle", "http://eagle", 3, "eagle3")
+    both = protocol.CalibrationPlan("m", [DRAFT, head, NGRAM], OFF, ["A"], LOADS, ["greedy", "default"], 4, None,
+                                    {"A": []})
+    timed = {(regime, pool.name) for kind, _, pool, _, regime in both.runs() if kind == "timing"}
+    assert timed == {("greedy", p) for p in ("spec-off", "spec-on", "spec-eagle", "spec-ngram")} | {
+        ("default", "spec-on")}
+    # without a draft model, the model drafters are the reference; a lookup never is
+    heads = protocol.CalibrationPlan("m", [head, NGRAM], OFF, ["A"], LOADS, ["default"], 4, None, {"A": []})
+    assert {pool.name for kind, _, pool, _, _ in heads.runs() if kind == "timing"} == {"spec-eagle"}
