@@ -5,19 +5,25 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 import yaml
 
 from draftgate.calibrate import protocol
-from draftgate.calibrate.hardware_fit import fit_hardware
+from draftgate.calibrate.hardware_fit import POSITIONS, _emulated_tau, fit_hardware
 from draftgate.calibrate.report import verdicts, write_report
+from draftgate.calibrate.runner import Record
 from draftgate.calibration_file import load_calibration, save_calibration
 from draftgate.emulator.engine import SpecConfig
 from draftgate.emulator.faults import Faults
 from draftgate.emulator.physics import Work, step_time
 from draftgate.emulator.profile import EngineProfile
+from draftgate.evaluate.bench import MAX_NUM_SEQS
+from draftgate.evaluate.calibration import closed_loop
+from draftgate.evaluate.fleet import PoolSpec
+from draftgate.evaluate.requests import Bank
 from draftgate.policy.gate import PoolView, predicted_taus
 from draftgate.proxy.app import create_app
 from draftgate.proxy.config import load_settings
@@ -34,6 +40,25 @@ def small_plan(on_url: str, off_url: str, arms: list[str], requests: int = 6) ->
                                     arms, [1, 4], ["greedy"], requests, None, {a: protocol.load_arm(a) for a in arms})
 
 
+def in_virtual_time(plan: protocol.CalibrationPlan, profile_seed: int) -> dict[str, dict[str, Any]]:
+    """``plan`` run on simulated pools of ``EngineProfile.random(profile_seed)`` in virtual time, as
+    ``draftgate evaluate`` calibrates (``evaluate.calibration.closed_loop``): the protocol's own batches
+    and fit, timed by the physics itself, so a figure the fit must recover does not move with how busy
+    the machine is. (The tests above and below run the protocol over HTTP.)"""
+    bank = Bank(EngineProfile.random(profile_seed), profile_seed)
+    servers = {p.name: PoolSpec(p.name, 1, p.method, p.gamma) for p in plan.spec}
+    servers[plan.off.name] = PoolSpec(plan.off.name, 1)
+    plan.nonce = lambda i: f"prefill-{profile_seed}-{i}"
+
+    def batch(pool: protocol.Pool, bodies: list[dict[str, Any]], template: Record, model: str
+              ) -> tuple[list[Record], dict[str, float]]:
+        # as the HTTP emulators run: not thinking unless asked (--default-chat-template-kwargs)
+        quiet = [{"chat_template_kwargs": {"enable_thinking": False}, **body} for body in bodies]
+        return closed_loop(bank, servers[pool.name], quiet, template, model, MAX_NUM_SEQS)
+
+    return protocol.execute(plan, None, batch=batch)
+
+
 def _law_view_of_physics(physics: EngineProfile, batch: int, context: int = 200) -> tuple[float, float]:
     """The target's step at ``batch`` (c_T) and a depth-8 round's extra cost per draft
     position relative to it (delta + d), as the emulator's physics puts them."""
@@ -42,47 +67,49 @@ def _law_view_of_physics(physics: EngineProfile, batch: int, context: int = 200)
     return plain, (round_ / plain - 1) / 8
 
 
-@pytest.mark.parametrize("profile_seed", [101])
+@pytest.mark.parametrize("profile_seed", [101, 202, 303, 404])
 def test_calibration_recovers_the_emulators_parameters(profile_seed: int, tmp_path: Path) -> None:
-    with emulator(profile_seed, True, profile_seed=profile_seed, time_scale=SCALE) as on, \
-            emulator(profile_seed, False, profile_seed=profile_seed, time_scale=SCALE) as off:
-        plan = small_plan(on.url, off.url, ["A", "B", "D"], requests=12)
-        state = protocol.execute(plan, tmp_path / "state.jsonl")
-        fit = protocol.fit(plan, state, 0.6)
-        # the emulator has no c_T, delta or d: they approximate its physics, which calibration must find
-        physics = EngineProfile.random(profile_seed)
-        for b in (1, 4):
-            plain, overhead = _law_view_of_physics(physics, b)
-            assert fit.c_t[b] == pytest.approx(plain * SCALE, rel=0.10), b
-            assert fit.overhead[b] == pytest.approx(overhead, rel=0.15), b
-        prefill = step_time(physics, [Work(0, 1000)], None).seconds / 1000
-        assert fit.calibration.prefill_seconds_per_token == pytest.approx(prefill * SCALE, rel=0.25)
+    plan = small_plan("sim://on", "sim://off", ["A", "B", "D"], requests=12)
+    state = in_virtual_time(plan, profile_seed)
+    fit = protocol.fit(plan, state, 0.6)
+    # the emulator has no c_T, delta or d: they approximate its physics, which calibration must find
+    physics = EngineProfile.random(profile_seed)
+    for b in (1, 4):
+        plain, overhead = _law_view_of_physics(physics, b)
+        assert fit.c_t[b] == pytest.approx(plain, rel=0.10), b
+        assert fit.overhead[b] == pytest.approx(overhead, rel=0.15), b
+    prefill = step_time(physics, [Work(0, 1000)], None).seconds / 1000
+    assert fit.calibration.prefill_seconds_per_token == pytest.approx(prefill, rel=0.25)
 
-        # the hardware profile: the emulator's own uncertain figures, found from the same runs
-        hardware = fit_hardware(plan, state, fit, EngineProfile(), SCALE)
-        fitted, drafter, truth = hardware.profile, hardware.profile.drafters["draft_model"], physics.drafters
-        assert fitted.efficiency.target_bandwidth == pytest.approx(physics.efficiency.target_bandwidth, rel=0.05)
-        assert fitted.efficiency.compute == pytest.approx(physics.efficiency.compute, rel=0.10)
-        assert drafter.bandwidth_efficiency == pytest.approx(truth["draft_model"].bandwidth_efficiency, rel=0.15)
-        assert fitted.entropy["prose"] == pytest.approx(physics.entropy["prose"], rel=0.15)
-        assert drafter.misalignment == pytest.approx(truth["draft_model"].misalignment, rel=0.25)
-        (tmp_path / "hardware.yaml").write_text(yaml.safe_dump(hardware.as_file()))
-        assert EngineProfile.load(tmp_path / "hardware.yaml") == fitted
+    # the hardware profile: the emulator's own uncertain figures, found from the same runs
+    hardware = fit_hardware(plan, state, fit, EngineProfile())
+    fitted, drafter, truth = hardware.profile, hardware.profile.drafters["draft_model"], physics.drafters
+    assert fitted.efficiency.target_bandwidth == pytest.approx(physics.efficiency.target_bandwidth, rel=0.05)
+    assert fitted.efficiency.compute == pytest.approx(physics.efficiency.compute, rel=0.10)
+    assert drafter.bandwidth_efficiency == pytest.approx(truth["draft_model"].bandwidth_efficiency, rel=0.15)
+    assert drafter.misalignment == pytest.approx(truth["draft_model"].misalignment, rel=0.25)
+    # prose's predictability as a drafter meets it: its entropy figure itself is loosely determined
+    # where prose is predictable (realized entropy and acceptance barely move with it there: seed 303
+    # fits it 21% low and accepts prose within 2% of the truth)
+    accepted, true_accepted = (_emulated_tau(["prose"] * POSITIONS, profile, d.misalignment, 8)
+                               for profile, d in ((fitted, drafter), (physics, truth["draft_model"])))
+    assert accepted == pytest.approx(true_accepted, rel=0.10)
+    (tmp_path / "hardware.yaml").write_text(yaml.safe_dump(hardware.as_file()))
+    assert EngineProfile.load(tmp_path / "hardware.yaml") == fitted
 
-        # predicted tau per class against fresh traffic on the speculation pool
-        save_calibration(fit.calibration, tmp_path / "cal.yaml")
-        cal = load_calibration(tmp_path / "cal.yaml")
-        predicted = predicted_taus(cal, PoolView("spec-on", "draft_model", gamma=8), 0.0)
-        fresh = protocol.CalibrationPlan(MODEL, plan.spec, plan.off, ["A", "B"], [4], ["greedy"], 16, None,
-                                         {"A": protocol.load_arm("A")[20:], "B": protocol.load_arm("B")[20:]})
-        fresh_state = protocol.execute(fresh, tmp_path / "fresh.jsonl")
-        measured = protocol.fit(fresh, fresh_state, 0.6).tau["spec-on"]
-        assert predicted["f"] == pytest.approx(measured["f"], rel=0.15)
-        # a tool call is only as predictable as what its arguments are made of (enums, copied
-        # values, free text), which differs between these requests and the calibration's:
-        # one tau for all of S carries over only roughly
-        assert predicted["s"] == pytest.approx(measured["s"], rel=0.30)
-        assert measured["s"] > measured["f"]
+    # predicted tau per class against fresh traffic on the speculation pool
+    save_calibration(fit.calibration, tmp_path / "cal.yaml")
+    cal = load_calibration(tmp_path / "cal.yaml")
+    predicted = predicted_taus(cal, PoolView("spec-on", "draft_model", gamma=8), 0.0)
+    fresh = protocol.CalibrationPlan(MODEL, plan.spec, plan.off, ["A", "B"], [4], ["greedy"], 16, None,
+                                     {"A": protocol.load_arm("A")[20:], "B": protocol.load_arm("B")[20:]})
+    measured = protocol.fit(fresh, in_virtual_time(fresh, profile_seed), 0.6).tau["spec-on"]
+    assert predicted["f"] == pytest.approx(measured["f"], rel=0.15)
+    # a tool call is only as predictable as what its arguments are made of (enums, copied
+    # values, free text), which differs between these requests and the calibration's:
+    # one tau for all of S carries over only roughly
+    assert predicted["s"] == pytest.approx(measured["s"], rel=0.30)
+    assert measured["s"] > measured["f"]
 
 
 def test_the_gate_with_the_file_is_no_worse_than_always_on_or_off(tmp_path: Path) -> None:
@@ -207,14 +234,10 @@ def test_between_measured_loads_the_gate_interpolates_what_the_physics_does(tmp_
     it, close to what the emulator's physics costs at 32 (where verification is turning
     compute-bound: 0.25 at 16, 0.51 at 48 for this profile, so neither neighbour would do)."""
     seed = 404
-    # twice the other tests' scale: at 48 running the emulator's own Python must keep pace with the
-    # simulated clock on two shared cores, or the wall time it is timed by says less than the physics
-    with emulator(seed, True, profile_seed=seed, time_scale=2 * SCALE) as on, \
-            emulator(seed, False, profile_seed=seed, time_scale=2 * SCALE) as off:
-        plan = protocol.CalibrationPlan(MODEL, [protocol.Pool("spec-on", on.url, 8)],
-                                        protocol.Pool("spec-off", off.url, 0), ["A"], [1, 16, 48], ["greedy"], 6, None,
-                                        {"A": protocol.load_arm("A")})
-        fit = protocol.fit(plan, protocol.execute(plan, tmp_path / "state.jsonl"), 0.6)
+    plan = protocol.CalibrationPlan(MODEL, [protocol.Pool("spec-on", "sim://on", 8)],
+                                    protocol.Pool("spec-off", "sim://off", 0), ["A"], [1, 16, 48], ["greedy"], 6, None,
+                                    {"A": protocol.load_arm("A")})
+    fit = protocol.fit(plan, in_virtual_time(plan, seed), 0.6)
     pool = fit.calibration.pool("spec-on")
     assert [x for x, _ in pool.delta.points] == [1, 16, 48]
     _, truth_at_32 = _law_view_of_physics(EngineProfile.random(seed), 32)
