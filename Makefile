@@ -20,7 +20,7 @@ install: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
-# One seed of the verdict on two emulated GPUs: its short version (under a minute).
+# One seed of the verdict on two emulated GPUs: its short version (about a minute on 2 cores).
 demo: $(STAMP)
 	$(BIN)/draftgate demo
 

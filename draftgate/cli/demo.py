@@ -1,4 +1,4 @@
-"""``draftgate demo``: what draftgate does and what it is worth, in under a minute."""
+"""``draftgate demo``: what draftgate does and what it is worth, in about a minute."""
 
 from __future__ import annotations
 
