@@ -7,8 +7,9 @@ emulator's own physics at the conditions it was measured under:
 
 - the target's weight streaming, from the plain pool's time per token at the
   lightest load (bandwidth-bound, so it is this one figure);
-- its GEMM and FlashAttention compute, from the slope of time to first token
-  against prompt length on uncached prompts (compute-bound prefill);
+- its GEMM and FlashAttention compute, from time to first token against
+  prompt length on uncached prompts (compute-bound prefill): the slope and
+  the bend of attention's square;
 - each model drafter's streaming, from its pool's time per round at the
   lightest load, the target's share already known;
 - prose's and reasoning's predictability, from the entropy the plain pool's
@@ -128,31 +129,66 @@ def _fit_bandwidth(result: HardwareFit, plan: CalibrationPlan, state: dict[str, 
 
 
 def _fit_compute(result: HardwareFit, state: dict[str, dict[str, Any]], time_scale: float) -> None:
+    """GEMM and FlashAttention compute from time to first token against prompt length: the GEMMs grow
+    with the prompt, attention with its square, so prompts of spread lengths (``protocol.prefill_bodies``)
+    tell them apart by the curve's bend. Each candidate attention efficiency gets the GEMM efficiency
+    that matches the time between the shortest and the longest prompt, and the pair that best matches
+    every prompt's time is kept; with fewer than three lengths, or the bend out of reach, attention
+    keeps its assumed share of the GEMMs'."""
     records = [r for r in records_of(state, "prefill") if r.prompt_tokens > 0]
-    if len(records) < 2:
+    lengths = sorted({r.prompt_tokens for r in records})
+    if len(lengths) < 2:
         result.notes["compute"] = "kept: no prefill measurements"
         return
     x = np.array([r.prompt_tokens for r in records], dtype=float)
     y = np.array([r.ttft for r in records], dtype=float) / time_scale
-    slope = float(np.polyfit(x, y, 1)[0])
-    short, long = int(x.min()), int(x.max())
-    if slope <= 0 or long <= short:
+    if float(np.polyfit(x, y, 1)[0]) <= 0:
         result.notes["compute"] = "kept: prefill time does not grow with the prompt"
         return
+    # each length's mean time, less the shortest's: what the intercept (HTTP, scheduling) leaves out
+    mean_at = {n: float(y[x == n].mean()) for n in lengths}
+    short, long = lengths[0], lengths[-1]
+    measured = {n: mean_at[n] - mean_at[short] for n in lengths}
     base = result.profile.efficiency
-    ratio = base.attention_compute / base.compute
 
-    def per_token(efficiency: float) -> float:
-        physics = Physics(_with_efficiency(result.profile, compute=efficiency,
-                                           attention_compute=min(1.0, efficiency * ratio)), None)
-        return (physics.step_time([Work(0, long)]).seconds - physics.step_time([Work(0, short)]).seconds) / (
-            long - short)
+    def prefill(compute: float, attention: float) -> Callable[[int], float]:
+        physics = Physics(_with_efficiency(result.profile, compute=compute, attention_compute=attention), None)
+        budget = result.profile.max_num_batched_tokens
 
-    value, inside = bisect(per_token, slope, 0.02, 1.0, rising=False)
+        def seconds(tokens: int) -> float:  # chunked as the scheduler chunks it
+            return sum(physics.step_time([Work(done, min(budget, tokens - done))]).seconds
+                       for done in range(0, tokens, budget))
+        return seconds
+
+    def matched(attention: float | None) -> tuple[float, bool, float, float]:
+        """(GEMM compute, inside its bounds, attention compute, squared error over every length)."""
+        ratio = base.attention_compute / base.compute
+
+        def span(compute: float) -> float:
+            a = attention if attention is not None else min(1.0, compute * ratio)
+            seconds = prefill(compute, a)
+            return seconds(long) - seconds(short)
+
+        compute, inside = bisect(span, measured[long], 0.02, 1.0, rising=False)
+        a = attention if attention is not None else min(1.0, compute * ratio)
+        seconds = prefill(compute, a)
+        error = sum((seconds(n) - seconds(short) - measured[n]) ** 2 for n in lengths)
+        return compute, inside, a, error
+
+    compute, inside, attention, _ = matched(None)
+    bend = "attention kept at its assumed share of the GEMMs'"
+    if inside and len(lengths) >= 3:
+        grid = [i / 100 for i in range(5, 101)]
+        best = min((matched(a) for a in grid), key=lambda m: m[3])
+        if best[1] and grid[0] < best[2] < grid[-1]:
+            compute, attention = best[0], best[2]
+            bend = f"attention {attention:.3f} from the bend over {short}-{long} tokens"
+        else:
+            bend = f"attention out of reach over {short}-{long} tokens, kept at its assumed share"
     if inside:
-        result.profile = _with_efficiency(result.profile, compute=value, attention_compute=min(1.0, value * ratio))
-    result.notes["compute"] = (f"{value:.3f} of peak from {slope * 1e6:.1f} us a prompt token"
-                               + ("" if inside else ": out of reach, kept"))
+        result.profile = _with_efficiency(result.profile, compute=compute, attention_compute=attention)
+    result.notes["compute"] = (f"{compute:.3f} of peak from {measured[long] * 1e3:.0f} ms between {short} and {long} "
+                               f"prompt tokens; {bend}" if inside else f"{compute:.3f} of peak: out of reach, kept")
 
 
 def _fit_drafter(result: HardwareFit, plan: CalibrationPlan, state: dict[str, dict[str, Any]], fit: Fit, pool: Pool,

@@ -86,6 +86,7 @@ def test_calibration_recovers_the_emulators_parameters(profile_seed: int, tmp_pa
     fitted, drafter, truth = hardware.profile, hardware.profile.drafters["draft_model"], physics.drafters
     assert fitted.efficiency.target_bandwidth == pytest.approx(physics.efficiency.target_bandwidth, rel=0.05)
     assert fitted.efficiency.compute == pytest.approx(physics.efficiency.compute, rel=0.10)
+    assert fitted.efficiency.attention_compute == pytest.approx(physics.efficiency.attention_compute, rel=0.10)
     assert drafter.bandwidth_efficiency == pytest.approx(truth["draft_model"].bandwidth_efficiency, rel=0.15)
     assert drafter.misalignment == pytest.approx(truth["draft_model"].misalignment, rel=0.25)
     # prose's predictability as a drafter meets it: its entropy figure itself is loosely determined
