@@ -44,7 +44,7 @@ def in_virtual_time(plan: protocol.CalibrationPlan, profile_seed: int) -> dict[s
     """``plan`` run on simulated pools of ``EngineProfile.random(profile_seed)`` in virtual time, as
     ``draftgate evaluate`` calibrates (``evaluate.calibration.closed_loop``): the protocol's own batches
     and fit, timed by the physics itself, so a figure the fit must recover does not move with how busy
-    the machine is. (The tests above and below run the protocol over HTTP.)"""
+    the machine is. (The other tests of this file run the protocol over HTTP.)"""
     bank = Bank(EngineProfile.random(profile_seed), profile_seed)
     servers = {p.name: PoolSpec(p.name, 1, p.method, p.gamma) for p in plan.spec}
     servers[plan.off.name] = PoolSpec(plan.off.name, 1)
