@@ -161,19 +161,20 @@ def _fit_compute(result: HardwareFit, state: dict[str, dict[str, Any]], time_sca
         return seconds
 
     def matched(attention: float | None) -> tuple[float, bool, float, float]:
-        """(GEMM compute, inside its bounds, attention compute, squared error over every length)."""
-        ratio = base.attention_compute / base.compute
+        """(GEMM compute, inside its bounds, attention compute, squared error over every length);
+        ``attention`` None: at its assumed share of the GEMMs'."""
+        def attention_at(compute: float) -> float:
+            share = base.attention_compute / base.compute
+            return attention if attention is not None else min(1.0, compute * share)
 
         def span(compute: float) -> float:
-            a = attention if attention is not None else min(1.0, compute * ratio)
-            seconds = prefill(compute, a)
+            seconds = prefill(compute, attention_at(compute))
             return seconds(long) - seconds(short)
 
         compute, inside = bisect(span, measured[long], 0.02, 1.0, rising=False)
-        a = attention if attention is not None else min(1.0, compute * ratio)
-        seconds = prefill(compute, a)
+        seconds = prefill(compute, attention_at(compute))
         error = sum((seconds(n) - seconds(short) - measured[n]) ** 2 for n in lengths)
-        return compute, inside, a, error
+        return compute, inside, attention_at(compute), error
 
     compute, inside, attention, _ = matched(None)
     bend = "attention kept at its assumed share of the GEMMs'"

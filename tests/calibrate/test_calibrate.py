@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -48,7 +49,7 @@ def in_virtual_time(plan: protocol.CalibrationPlan, profile_seed: int) -> dict[s
     bank = Bank(EngineProfile.random(profile_seed), profile_seed)
     servers = {p.name: PoolSpec(p.name, 1, p.method, p.gamma) for p in plan.spec}
     servers[plan.off.name] = PoolSpec(plan.off.name, 1)
-    plan.nonce = lambda i: f"prefill-{profile_seed}-{i}"
+    plan = dataclasses.replace(plan, nonce=lambda i: f"prefill-{profile_seed}-{i}")  # the same prompts every run
 
     def batch(pool: protocol.Pool, bodies: list[dict[str, Any]], template: Record, model: str
               ) -> tuple[list[Record], dict[str, float]]:
