@@ -8,8 +8,8 @@ the default size against one four times as long (its cap in seconds too).
 A plan reads the calibration part and predicts the verdict part. Even one that knew the hardware
 exactly and simulated its part of the traffic without error predicts the first figure for the second:
 their difference is the floor under the plan's error at that point. The window's own spread is the
-floor under the verdict's: a capacity is where 99% of the window's requests meet the targets, so a
-handful of requests decide it.
+floor under the verdict's: a capacity is where the window keeps the targets at 99%, and the tail of a
+few hundred requests is a sample.
 """
 
 from __future__ import annotations

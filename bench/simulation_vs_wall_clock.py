@@ -8,9 +8,9 @@ in virtual time, the emulators' engines and the proxy's planner on one clock
 (``draftgate/evaluate/simulation.py``), and over HTTP in wall time, the proxy
 under uvicorn in front of two emulators pacing the same profile
 (``draftgate/evaluate/replay.py``, the path ``draftgate evaluate --spec-on``
-takes against real pools). It prints, for each, the share of requests within
-the targets, TTFT and TPOT at p50 and p99, and the share routed to the EAGLE-3
-pool: what the simulated verdict would be off by if it drifted from the
+takes against real pools). It prints, for each, the share within the targets
+(``capacity.attainment``), TTFT and TPOT at p50 and p99, and the share routed
+to the EAGLE-3 pool: what the simulated verdict would be off by if it drifted from the
 product. Each rate takes its window plus about twenty seconds of wall time.
 """
 
@@ -26,7 +26,7 @@ import httpx
 import yaml
 
 from draftgate.emulator.profile import EngineProfile
-from draftgate.evaluate.capacity import percentile
+from draftgate.evaluate.capacity import attainment, percentile
 from draftgate.evaluate.fleet import Fleet, PoolSpec
 from draftgate.evaluate.replay import replay
 from draftgate.evaluate.requests import Bank
@@ -45,7 +45,7 @@ PROXY = {"exploration_share": 0.0, "health": {"scrape_interval": 2.0},
 
 def figures(served: list[Served], targets: Targets) -> str:
     measured = [s for s in served if s.measured]
-    within = sum(s.meets(targets) for s in measured) / len(measured)
+    within = attainment(measured, targets)
     ttft = [s.ttft for s in measured]
     tpot = [s.tpot if s.finished else float("inf") for s in measured]
     eagle = sum(s.pool == "eagle3-k3" for s in measured) / len(measured)

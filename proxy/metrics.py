@@ -200,11 +200,12 @@ class ProxyMetrics:
                                            "streamed answers took between the last two plans, as the prediction "
                                            "states it.", ["pool", "latency", "quantile"], registry=r)
         self.plan_predicted_attainment = Gauge("draftgate_plan_predicted_attainment_ratio", "Share of each "
-                                               "running pool's requests the plan predicts within the targets.",
+                                               "running pool's answers (TTFT) and tokens (TPOT) the plan predicts "
+                                               "within the targets, the smaller.",
                                                ["pool"], registry=r)
         self.plan_observed_attainment = Gauge("draftgate_plan_observed_attainment_ratio", "Share of each running "
-                                              "pool's streamed answers within the targets between the last two "
-                                              "plans.", ["pool"], registry=r)
+                                              "pool's streamed answers (TTFT) and tokens (TPOT) within the targets "
+                                              "between the last two plans, the smaller.", ["pool"], registry=r)
         self.plan_step_scale = Gauge("draftgate_plan_step_scale_ratio", "The correction the plan applies to each "
                                      "pool's step time, learned from its answers against the plan (1: none).",
                                      ["pool"], registry=r)

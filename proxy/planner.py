@@ -380,9 +380,9 @@ class Planner:
         self.refresh()
         return planned.recommendation
 
-    def answered(self, pool: str, ttft: float, tpot: float) -> None:
+    def answered(self, pool: str, ttft: float, tpot: float, tokens: int) -> None:
         """A streamed answer's timing, for the plan to be checked against (``policy/plan/feedback.py``)."""
-        self.feedback.answered(pool, ttft, tpot)
+        self.feedback.answered(pool, ttft, tpot, tokens)
 
     def fallback_plan(self, body: dict[str, Any], endpoint: str, error: Exception,
                       serving: set[str] | None = None, caller: Caller | None = None) -> RequestPlan:

@@ -245,7 +245,8 @@ class Recorder:
             m.ttft.labels(pool=pool.name, kind=kind).observe(observation.first_byte_at - observation.started)
             per_token = (observation.finished_at - observation.first_byte_at) / (measured.total_tokens - 1)
             m.tpot.labels(pool=pool.name, kind=kind, load_band=band).observe(per_token)
-            self.planner.answered(pool.name, observation.first_byte_at - observation.started, per_token)
+            self.planner.answered(pool.name, observation.first_byte_at - observation.started, per_token,
+                                  measured.total_tokens)
         else:  # one body: its whole time, prefill included, per token; compared with other whole answers only
             per_token = (observation.finished_at - observation.started) / measured.total_tokens
         key = (pool.speculative, kind, band, streamed)

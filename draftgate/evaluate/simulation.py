@@ -28,7 +28,6 @@ from draftgate.emulator.lookup import AnswerCache
 from draftgate.evaluate.fleet import Fleet, PoolSpec
 from draftgate.evaluate.requests import Bank, Prepared
 from draftgate.policy.calibration import Calibration
-from draftgate.policy.plan import Targets
 from draftgate.proxy.affinity import Conversation
 from draftgate.proxy.config import ProxySettings
 from draftgate.proxy.fleet_planning import FIRST_PLAN_SECONDS
@@ -71,11 +70,6 @@ class Served:
     @property
     def e2e(self) -> float:
         return float("inf") if not self.finished or self.last_token is None else self.last_token - self.arrived
-
-    def meets(self, targets: Targets) -> bool:
-        """Finished within the targets (a target of None holds any latency)."""
-        return (self.finished and (targets.ttft is None or self.ttft <= targets.ttft)
-                and (targets.tpot is None or self.tpot <= targets.tpot))
 
 
 @dataclass

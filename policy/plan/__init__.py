@@ -32,6 +32,7 @@ from draftgate.policy.plan.model import (
     capacity_of_gpu,
     evaluate,
     gpu_load,
+    within_targets,
 )
 from draftgate.policy.plan.running import FleetInputs, FleetPlan, plan_fleet
 from draftgate.policy.plan.search import MAX_POOLS, Recommendation, best_assignment, default_candidates, recommend
@@ -43,5 +44,5 @@ __all__ = [
     "Latencies", "PlanFeedback", "PoolPlan", "PoolRates", "Recommendation", "Targets", "Traffic", "TrafficWindow",
     "Turns",
     "best_assignment", "capacity_of_gpu", "default_candidates", "evaluate", "gpu_load", "kinds_from", "law_by_kind",
-    "load", "plan_fleet", "recommend", "spill",
+    "load", "plan_fleet", "recommend", "spill", "within_targets",
 ]

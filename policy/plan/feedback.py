@@ -2,13 +2,13 @@
 
 At each plan the model predicts, for every pool of the running fleet at the
 traffic's rate, the median and the targets' percentile of time per output
-token and of time to first token, and the share of requests within the
-targets. Until the next plan the proxy times every streamed answer of every
-pool. Then the two are set side by side (``settle``), and the model is
-corrected where it was wrong: a pool whose median time per token came out
-slower or faster than predicted has its step time scaled by their ratio,
-moved ``SMOOTHING`` of the way at each plan so that one odd window does not
-swing it. The medians, not the tails, set the correction: a few hundred
+token and of time to first token, and its share within the targets
+(``within_targets``). Until the next plan the proxy times every streamed
+answer of every pool. Then the two are set side by side (``settle``), and
+the model is corrected where it was wrong: a pool whose median time per
+token came out slower or faster than predicted has its step time scaled by
+their ratio, moved ``SMOOTHING`` of the way at each plan so that one odd
+window does not swing it. The medians, not the tails, set the correction: a few hundred
 answers place a median well, and a tail hardly at all.
 
 The plan's **observed error** is how far its last predictions were from what
@@ -24,7 +24,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from draftgate.policy.plan.model import Targets
+from draftgate.policy.plan.model import Targets, within_targets
 
 SMOOTHING = 0.7  # of the way to the observed ratio, at each plan
 LEAST_ANSWERS = 20  # a pool answered fewer since the last plan is not compared
@@ -34,8 +34,8 @@ SCALE_BOUNDS = (0.25, 4.0)  # a model further off than this is wrong for another
 
 @dataclass(frozen=True)
 class Latencies:
-    """A pool's latencies in seconds: the median and the targets' percentile of each, and the share of
-    requests within the targets."""
+    """A pool's latencies in seconds: the median and the targets' percentile of each, and its share
+    within the targets (``within_targets``)."""
 
     tpot_median: float
     tpot_tail: float
@@ -48,16 +48,17 @@ class PlanFeedback:
     """Per pool: the last plan's prediction, the answers timed since, the step scale they set."""
 
     def __init__(self) -> None:
-        self._answers: dict[str, deque[tuple[float, float]]] = {}
+        self._answers: dict[str, deque[tuple[float, float, int]]] = {}
         self.predicted: dict[str, Latencies] = {}
         self.observed: dict[str, Latencies] = {}
         self.scales: dict[str, float] = {}
         self._predicted_with: dict[str, float] = {}  # the scale each prediction was made with
         self.error = 0.0  # the last settled plan's, relatively
 
-    def answered(self, pool: str, ttft: float, tpot: float) -> None:
-        """A streamed answer of ``pool``: its time to first token and its time per output token."""
-        self._answers.setdefault(pool, deque(maxlen=KEPT)).append((ttft, tpot))
+    def answered(self, pool: str, ttft: float, tpot: float, tokens: int) -> None:
+        """A streamed answer of ``pool``: its time to first token, its time per output token and its
+        output tokens."""
+        self._answers.setdefault(pool, deque(maxlen=KEPT)).append((ttft, tpot, tokens))
 
     def step_scale(self, pool: str) -> float:
         """``pool``'s correction; a pool not yet timed takes the timed pools' (their geometric mean): the
@@ -105,11 +106,10 @@ class PlanFeedback:
                 del table[pool]
 
 
-def _latencies(answers: list[tuple[float, float]], targets: Targets) -> Latencies:
-    ttfts = sorted(t for t, _ in answers)
-    tpots = sorted(p for _, p in answers)
-    within = sum((targets.ttft is None or t <= targets.ttft) and (targets.tpot is None or p <= targets.tpot)
-                 for t, p in answers) / len(answers)
+def _latencies(answers: list[tuple[float, float, int]], targets: Targets) -> Latencies:
+    ttfts = sorted(t for t, _, _ in answers)
+    tpots = sorted(p for _, p, _ in answers)
+    within = within_targets(answers, targets)
     return Latencies(_quantile(tpots, 0.5), _quantile(tpots, targets.attainment), _quantile(ttfts, 0.5),
                      _quantile(ttfts, targets.attainment), within)
 

@@ -17,13 +17,14 @@ from draftgate.emulator.profile import EngineProfile
 from draftgate.emulator.textgen import OutputToken
 from draftgate.evaluate.bench import calibration_arms
 from draftgate.evaluate.calibration import calibrate
-from draftgate.evaluate.capacity import Point, search
+from draftgate.evaluate.capacity import Point, attainment, search
 from draftgate.evaluate.fleet import Fleet, PoolSpec
 from draftgate.evaluate.requests import Bank
-from draftgate.evaluate.simulation import Simulation, proxy_settings
+from draftgate.evaluate.simulation import Served, Simulation, proxy_settings
 from draftgate.evaluate.traffic import OpenLoop, Schedule
 from draftgate.policy.calibration import Calibration
 from draftgate.policy.gate import PoolView, predicted_taus
+from draftgate.policy.plan import Targets
 from draftgate.policy.structure import estimate
 from draftgate.workloads import mix
 
@@ -106,6 +107,28 @@ def test_capacity_is_found_where_attainment_crosses_the_threshold() -> None:
     assert measured[:4] == [0.5, 1.0, 2.0, 4.0] and len(measured) == 7  # the grid, then three halvings
     assert search(lambda r: _point(r, 1.0), [1.0, 2.0]).bounded is False
     assert search(lambda r: _point(r, 0.5), [1.0, 2.0]).rate == 0.0
+
+
+def _served(tokens: int, ttft: float, tpot: float, finished: bool = True) -> Served:
+    return Served("k", "w", 0.0, True, tokens=tokens, first_token=ttft, last_token=ttft + tpot * (tokens - 1),
+                  finished=finished)
+
+
+def test_attainment_counts_first_tokens_by_request_and_the_pace_by_output_token() -> None:
+    """A three-token answer stalled by one long prefill misses the TPOT target by its two gaps, not as a
+    whole request; a request answered late misses the TTFT target as one in a hundred, however short."""
+    targets = Targets(ttft=2.0, tpot=0.05)
+    paced = [_served(500, 0.1, 0.02) for _ in range(99)]
+    stalled = _served(3, 0.1, 0.3)
+    assert attainment([*paced, stalled], targets) == pytest.approx(1 - 2 / (99 * 499 + 2))
+    slow_long = _served(500, 0.1, 0.3)
+    assert attainment([*paced, slow_long], targets) == pytest.approx(1 - 499 / (100 * 499))
+    late = _served(3, 2.5, 0.02)
+    assert attainment([*paced, late], targets) == pytest.approx(0.99)
+    unanswered = Served("k", "w", 0.0, True)
+    assert attainment([*paced, unanswered], targets) == pytest.approx(0.99)
+    assert attainment([*paced, stalled], Targets(ttft=2.0, tpot=None)) == 1.0
+    assert attainment([], targets) == 0.0
 
 
 def test_the_grid_stops_past_a_rate_the_fleet_is_far_from_carrying() -> None:

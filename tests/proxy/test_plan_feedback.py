@@ -28,14 +28,14 @@ def test_a_pool_slower_than_predicted_has_its_steps_scaled_until_the_plan_agrees
     feedback = PlanFeedback()
     feedback.predict(_predicted(0.020))
     for _ in range(LEAST_ANSWERS - 1):
-        feedback.answered("eagle", 0.3, 0.040)
+        feedback.answered("eagle", 0.3, 0.040, 200)
     feedback.settle(TARGETS)  # too few answers to say anything
     assert feedback.step_scale("eagle") == 1.0 and feedback.error == 0.0
     errors = []
     for _ in range(6):  # each plan predicts with the scale so far; the pool keeps taking 40 ms a token
         feedback.predict(_predicted(0.020 * feedback.step_scale("eagle")))
         for i in range(100):
-            feedback.answered("eagle", 0.3, 0.040 * (1 + (i % 5 - 2) / 100))
+            feedback.answered("eagle", 0.3, 0.040 * (1 + (i % 5 - 2) / 100), 200)
         observed = feedback.settle(TARGETS)["eagle"]
         errors.append(feedback.error)
         assert observed.tpot_median == pytest.approx(0.040, rel=0.02) and observed.within == 1.0
