@@ -135,8 +135,9 @@ PANELS: list[tuple[str, str, list[tuple[str, str]], str]] = [
         ("predicted {{pool}}", "draftgate_plan_predicted_attainment_ratio"),
         ("observed {{pool}}", "draftgate_plan_observed_attainment_ratio"),
         ("the plan's error", "draftgate_plan_observed_error_ratio"),
-    ], "The share of each pool's requests within the latency targets, predicted and observed, and the plan's "
-       "observed error: a kind of request moves to another pool only for a predicted gain larger than it."),
+    ], "The share of each pool's answers within the TTFT target and of its output tokens within the TPOT target "
+       "(the smaller), predicted and observed, and the plan's observed error: a kind of request moves to another "
+       "pool only for a predicted gain larger than it."),
 ]
 
 
