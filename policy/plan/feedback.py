@@ -107,13 +107,21 @@ class PlanFeedback:
 
 
 def _latencies(answers: list[tuple[float, float, int]], targets: Targets) -> Latencies:
-    ttfts = sorted(t for t, _, _ in answers)
-    tpots = sorted(p for _, p, _ in answers)
-    within = within_targets(answers, targets)
+    """TTFT's quantiles over the answers; TPOT's over their output tokens after the first, as the model
+    predicts them and ``within_targets`` counts them."""
+    ttfts = [(t, 1) for t, _, _ in answers]
+    tpots = [(p, max(1, n - 1)) for _, p, n in answers]
     return Latencies(_quantile(tpots, 0.5), _quantile(tpots, targets.attainment), _quantile(ttfts, 0.5),
-                     _quantile(ttfts, targets.attainment), within)
+                     _quantile(ttfts, targets.attainment), within_targets(answers, targets))
 
 
-def _quantile(ordered: list[float], q: float) -> float:
-    """The nearest-rank quantile of ``ordered``."""
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+def _quantile(weighted: list[tuple[float, int]], q: float) -> float:
+    """The nearest-rank quantile of the values, each counted ``weight`` times."""
+    ordered = sorted(weighted)
+    rank = max(1, math.ceil(q * sum(w for _, w in ordered)))
+    seen = 0
+    for value, weight in ordered:
+        seen += weight
+        if seen >= rank:
+            return value
+    return ordered[-1][0]

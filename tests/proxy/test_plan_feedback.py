@@ -47,6 +47,19 @@ def test_a_pool_slower_than_predicted_has_its_steps_scaled_until_the_plan_agrees
     assert feedback.step_scale("eagle") == 1.0 and not feedback.predicted
 
 
+def test_the_observed_pace_counts_output_tokens_as_the_prediction_does() -> None:
+    """Thirty three-token turns stalled to 300 ms a token beside ten paced 500-token answers: by answer
+    the median pace is the stalled one, by output token (as the model predicts it) the paced one."""
+    feedback = PlanFeedback()
+    for _ in range(30):
+        feedback.answered("eagle", 0.2, 0.300, 3)
+    for _ in range(10):
+        feedback.answered("eagle", 0.2, 0.020, 500)
+    observed = feedback.settle(TARGETS)["eagle"]
+    assert observed.tpot_median == 0.020 and observed.tpot_tail == 0.300 and observed.ttft_median == 0.2
+    assert observed.within == pytest.approx(1 - 60 / (60 + 4990))
+
+
 def test_a_move_within_the_plans_observed_error_is_not_made() -> None:
     from draftgate.policy.plan import FleetPlan
 
