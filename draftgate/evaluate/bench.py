@@ -489,7 +489,7 @@ def report(summary: dict[str, Any], options: Options, say: Callable[[str], None]
     say("\n" + verdict.workloads_table(summary))
     say("\n" + verdict.cost_table(summary))
     say("\n" + "\n".join(verdict.findings(summary)))
-    path = verdict.figure(summary, options.out / "tpot_vs_rate.png")
+    path = verdict.figure(summary, options.out / "attainment_vs_rate.png")
     if path:
         say(f"\nfigure: {path}")
     return path

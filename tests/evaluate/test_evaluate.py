@@ -90,7 +90,7 @@ def test_the_verdict_is_the_same_json_on_every_run_even_beside_a_busy_processor(
     printed = first.stderr
     assert "Capacity, requests a second per GPU" in printed and "On 2 GPUs the gate's fleet" in printed
     assert "Objective cost (a fleet that scales with load)" in printed
-    assert (tmp_path / "a" / "tpot_vs_rate.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "a" / "attainment_vs_rate.png").read_bytes()[:4] == b"\x89PNG"
     assert json.loads((tmp_path / "a" / "verdict.json").read_text()) == summary
 
 
