@@ -10,8 +10,9 @@ under uvicorn in front of two emulators pacing the same profile
 (``draftgate/evaluate/replay.py``, the path ``draftgate evaluate --spec-on``
 takes against real pools). It prints, for each, the share within the targets
 (``capacity.attainment``), TTFT and TPOT at p50 and p99, and the share routed
-to the EAGLE-3 pool: what the simulated verdict would be off by if it drifted from the
-product. Each rate takes its window plus about twenty seconds of wall time.
+to the EAGLE-3 pool: what the simulated verdict would be off by if it drifted
+from the product. Each rate takes its window plus about twenty seconds of wall
+time.
 """
 
 from __future__ import annotations

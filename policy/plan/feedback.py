@@ -8,8 +8,8 @@ answer of every pool. Then the two are set side by side (``settle``), and
 the model is corrected where it was wrong: a pool whose median time per
 token came out slower or faster than predicted has its step time scaled by
 their ratio, moved ``SMOOTHING`` of the way at each plan so that one odd
-window does not swing it. The medians, not the tails, set the correction: a few hundred
-answers place a median well, and a tail hardly at all.
+window does not swing it. The medians, not the tails, set the correction: a
+few hundred answers place a median well, and a tail hardly at all.
 
 The plan's **observed error** is how far its last predictions were from what
 the pools did (the largest relative miss of a median, over the pools timed
