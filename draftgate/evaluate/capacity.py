@@ -26,7 +26,9 @@ LONGEST_WINDOW_SECONDS = 150.0  # at light load a window holds fewer requests: n
 # a long answer's output tokens (about the built-in mix's 90th percentile): how long the runs' margins are
 STEADY_TOKENS = 400
 MARGIN_LIMIT_SECONDS = 150.0
-FAR_PAST = 0.5  # attainment below which the heavier rates of a search's grid are not run
+# attainment below which the heavier rates of a search's grid are not run: a rate at twice the load does not
+# climb back from it to ``ATTAINMENT``, and runs far past saturation cost the most (their batches are the largest)
+FAR_PAST = 0.9
 DRAIN_LIMIT_SECONDS = 120.0  # a fleet far past saturation is cut off; what it has not answered missed the targets
 
 
@@ -127,8 +129,8 @@ def search(measure: Callable[[float], Point], grid: list[float], steps: int = 3,
     (ascending), then ``steps`` halvings of the bracket where attainment falls below it, then linear
     interpolation within the last bracket.
 
-    A rate of the grid heavier than one where fewer than ``FAR_PAST`` of the requests met the targets
-    is not run (``not_run``): far past saturation every fleet misses, and its runs cost the most.
+    A rate of the grid heavier than one whose attainment fell below ``FAR_PAST`` is not run
+    (``not_run``): past saturation every fleet misses, and its runs cost the most.
 
     Attainment falls with the rate, but a run's is a sample, and a dip at one rate below a pass at the
     next is noise: the grid's bracket and the last interpolation are taken on the measurements made

@@ -13,13 +13,18 @@ from what calibration measured; the seed's own profile is never read.
 The trial has its own error: the calibration split is a sample, and where a
 few of its requests decide a p99 every configuration can come out alike. So
 the model's best single fleet stands unless another single fleet served more
-than it by more than ``MARGIN`` in the trial. A split, which puts some kinds
-of request on a few GPUs and so hangs more on those few requests, must do
-more: the model must put it above its best single fleet, and the trial must
-find it ahead of the best single fleet by more than ``MARGIN``. Where the two
-disagree the single fleet stands: at 4 GPUs, two seeds' trials found a split
-22% and 47% ahead that the model ranked below EAGLE-3 everywhere, and the
-verdict measured it 5% and 28% behind.
+than it in the trial by more than ``MARGIN``, or by more than the model's own
+lead over it where that is smaller: a model that puts two fleets within a
+percent of each other has not ranked them, and the trial's ranking is the
+better one. On 8 GPUs, one seed's model puts ngram everywhere 1% ahead of
+EAGLE-3 everywhere and its trial measures EAGLE-3 8% ahead; held to a flat
+``MARGIN`` ngram would run, and serve 12% less than EAGLE-3 on the verdict's
+part. A split, which puts some kinds of request on a few GPUs and so hangs
+more on those few requests, must do more: the model must put it above its
+best single fleet, and the trial must find it ahead of the best single fleet
+by more than ``MARGIN``. Where the two disagree the single fleet stands: at 4
+GPUs, two seeds' trials found a split 22% and 47% ahead that the model ranked
+below EAGLE-3 everywhere, and the verdict measured it 5% and 28% behind.
 
 A fleet that displaces the model's best single fleet has won one noisy
 comparison, so it must win it again on ``CONFIRM_SHARE`` times the requests,
@@ -87,16 +92,17 @@ def shortlist(recommendation: Recommendation) -> list[Composition]:
 def choose(recommendation: Recommendation, capacity_of: Callable[[Composition], float],
            margin: float = MARGIN, confirm_of: Callable[[Composition], float] | None = None) -> Choice:
     """The shortlist tried with ``capacity_of`` (requests a second over the fleet). The best single
-    fleet is the model's, unless another single fleet served more than it by more than ``margin``. A
-    split replaces it where the model puts the split above its own best single fleet and the split
-    served more than the best single fleet by more than ``margin``: the one that served the most.
-    Whatever replaces the model's best single fleet must then beat it by more than ``margin`` again
-    in ``confirm_of`` (the same trial on more requests), or the model's stands."""
+    fleet is the model's, unless another single fleet served more than it by more than the lead
+    needed (``_lead_needed``: ``margin``, less where the model barely ranked the two). A split
+    replaces it where the model puts the split above its own best single fleet and the split served
+    more than the best single fleet by more than ``margin``: the one that served the most. Whatever
+    replaces the model's best single fleet must then beat it by as much again in ``confirm_of`` (the
+    same trial on more requests), or the model's stands."""
     tried = tuple(Tried(c, capacity_of(c)) for c in shortlist(recommendation))
     incumbent = tried[0]  # the shortlist puts the model's best single fleet first
-    singles = [t for t in tried if t.composition.homogeneous]
-    challenger = max(singles[1:], key=lambda t: t.capacity, default=incumbent)
-    single = challenger if challenger.capacity > incumbent.capacity * (1.0 + margin) else incumbent
+    singles = [t for t in tried[1:] if t.composition.homogeneous
+               and t.capacity > incumbent.capacity * (1.0 + _lead_needed(t.composition, incumbent, margin))]
+    single = max(singles, key=lambda t: t.capacity, default=incumbent)
     splits = [t for t in tried if not t.composition.homogeneous]
     agreed = [t for t in splits if t.composition.capacity > incumbent.composition.capacity
               and t.capacity > single.capacity * (1.0 + margin)]
@@ -104,9 +110,18 @@ def choose(recommendation: Recommendation, capacity_of: Callable[[Composition], 
     if chosen is not incumbent and confirm_of is not None:
         held = Tried(incumbent.composition, confirm_of(incumbent.composition))
         again = Tried(chosen.composition, confirm_of(chosen.composition))
-        chosen = again if again.capacity > held.capacity * (1.0 + margin) else held
+        needed = _lead_needed(chosen.composition, incumbent, margin)
+        chosen = again if again.capacity > held.capacity * (1.0 + needed) else held
     split = max(splits, key=lambda t: t.capacity, default=None)
     return Choice(_measured(chosen), None if split is None else _measured(split), tried)
+
+
+def _lead_needed(challenger: Composition, incumbent: Tried, margin: float) -> float:
+    """How much more than the model's best single fleet ``challenger`` must serve in a trial to replace
+    it: ``margin``, or for a single fleet the model's own lead over it where that is smaller."""
+    if not challenger.homogeneous or challenger.capacity <= 0:
+        return margin
+    return min(margin, max(0.0, incumbent.composition.capacity / challenger.capacity - 1.0))
 
 
 def _measured(tried: Tried) -> Composition:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from draftgate.evaluate.capacity import ATTAINMENT, Point
+from draftgate.evaluate.capacity import ATTAINMENT, FAR_PAST, Point
 from draftgate.evaluate.strategies import GATE, GATE_SPLIT
 from draftgate.policy.plan import Targets
 
@@ -266,7 +266,7 @@ def capacity_table(summary_: dict[str, Any]) -> str:
 def rates_table(summary_: dict[str, Any]) -> str:
     """p99 TPOT and attainment at each rate, per fleet size and strategy."""
     lines = [("p99 time per output token (ms) / share within the targets, by arrival rate per GPU (-/0.000 "
-              "where not run: past a rate at which fewer than half the requests met the targets):")]
+              f"where not run: past a rate at which the run kept the targets for less than {FAR_PAST:.0%}):")]
     for size, fleet in summary_["fleets"].items():
         strategies = fleet["strategies"]
         first = next(iter(strategies.values()))

@@ -75,6 +75,23 @@ def test_the_models_best_single_fleet_stands_unless_the_trial_finds_another_bett
     assert {t.composition.pools for t in chosen.tried} == {ALL_EAGLE.pools, ALL_PLAIN.pools, SPLIT.pools}
 
 
+def test_where_the_model_barely_ranks_two_single_fleets_the_trial_ranks_them() -> None:
+    """On 8 GPUs one seed's model put ngram everywhere 1% ahead of EAGLE-3 everywhere and its trial
+    put EAGLE-3 8% ahead: a lead the model did not really give must not need the full margin to
+    overturn, while a lead it gave by more than the margin still does."""
+    near = _composition(9.9, (NGRAM, 8, KINDS))  # the model: 1% below EAGLE-3
+    recommendation = _recommendation(ALL_EAGLE, near)
+    trialled = {ALL_EAGLE: 8.0, near: 8.0 * 1.05}
+    assert trial.choose(recommendation, trialled.__getitem__).best.pools == near.pools
+    confirmed = {ALL_EAGLE: 10.0, near: 10.0 * 1.005}  # the longer trial: not ahead by the model's 1%
+    chosen = trial.choose(recommendation, trialled.__getitem__, confirm_of=confirmed.__getitem__)
+    assert chosen.best.pools == ALL_EAGLE.pools and chosen.best.capacity == 10.0
+    confirmed[near] = 10.0 * 1.05  # borne out
+    assert trial.choose(recommendation, trialled.__getitem__, confirm_of=confirmed.__getitem__).best.pools == near.pools
+    trialled[near] = 8.0 * 1.005  # within the model's own 1%: the model's stands
+    assert trial.choose(recommendation, trialled.__getitem__).best.pools == ALL_EAGLE.pools
+
+
 def test_a_split_the_model_ranks_below_its_best_single_fleet_is_not_taken_on_the_trial_alone() -> None:
     """The trial's sample can put a split far ahead where the model and the verdict put it behind; the
     split is taken only where both the model and the trial put it ahead."""
