@@ -24,7 +24,7 @@ test: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/draftgate demo
 
-# Every strategy on fleets of 2, 4 and 8 emulated H200s, five seeds, in virtual time (about sixteen minutes on 2 cores).
+# Every strategy on fleets of 2, 4 and 8 emulated H200s, five seeds, in virtual time (about twenty minutes on 2 cores).
 evaluate: $(STAMP)
 	$(BIN)/draftgate evaluate
 

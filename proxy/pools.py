@@ -210,8 +210,15 @@ class Pool:
 
     def pick_replica(self, prefer: str | None = None, exclude: set[str] | None = None,
                      kv_cache_full: float = 1.0, pinned: bool = False) -> Replica | None:
-        """The replica holding the prefix unless it is queueing or its KV cache is full,
-        else the least loaded of those with room in their KV cache (of all, if none has).
+        """The replica holding the prefix unless its batch or its KV cache is full, else the least
+        loaded of those with room in their KV cache (of all, if none has).
+
+        A replica with requests waiting for its prefill budget keeps the prefix's requests: with room
+        in its batch vLLM's queue is a step or two of prefill (one to three requests at capacity on
+        agent traffic), and a long prefix computed again elsewhere costs more than that. Moving agent
+        turns off such replicas lost a quarter of their cached prefixes on 8 emulated GPUs and made
+        the fleet miss the TPOT target for one output token in ten at 3.5 requests a second a GPU,
+        where holding them missed for one in a hundred.
 
         ``pinned``: ``prefer`` holds state no other replica has (a stored
         response), so it is the one whatever its load or health says.
@@ -226,7 +233,7 @@ class Pool:
             return candidates[0] if candidates else None
         if prefer is not None:
             preferred = self.replicas.get(prefer)
-            if (preferred in candidates and preferred.queued <= 0 and preferred.inflight < self.config.max_num_seqs
+            if (preferred in candidates and preferred.inflight < self.config.max_num_seqs
                     and preferred.kv_usage < kv_cache_full):
                 return preferred
         # the pool's view counts the replica with the most KV room; that is where a request should go

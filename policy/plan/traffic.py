@@ -11,9 +11,15 @@ from draftgate.policy import law
 from draftgate.policy.plan.model import Kind, Traffic
 
 
-def kinds_from(rows: Sequence[Mapping[str, float | str]], samples: int = 64) -> tuple[Kind, ...]:
+def kinds_from(rows: Sequence[Mapping[str, float | str]], samples: int = 1024) -> tuple[Kind, ...]:
     """Kinds from per-request rows ``{kind, output_tokens, prefill_tokens, w_s, w_r, temperature}``; each
-    kind keeps up to ``samples`` of its requests, spread evenly over the order they came in."""
+    kind keeps up to ``samples`` of its requests, spread evenly over the order they came in.
+
+    The targets are held at a 1% tail, which the rare long prompts set, so a kind keeps all it can: of
+    210 agent requests, 64 held 22% prompts of over 3,500 uncached tokens where all 210 held 17%,
+    and put every pool's capacity at 2.55 requests a second where all of them put it at 3.38. The cap
+    bounds the plan's time on a full window (5,000 rows: 3 s for 8 GPUs, 16 s for 32, off the event
+    loop)."""
     by_kind: dict[str, list[Mapping[str, float | str]]] = {}
     for row in rows:
         by_kind.setdefault(str(row["kind"]), []).append(row)

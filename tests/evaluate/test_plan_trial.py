@@ -76,9 +76,9 @@ def test_the_models_best_single_fleet_stands_unless_the_trial_finds_another_bett
 
 
 def test_where_the_model_barely_ranks_two_single_fleets_the_trial_ranks_them() -> None:
-    """On 8 GPUs one seed's model put ngram everywhere 1% ahead of EAGLE-3 everywhere and its trial
-    put EAGLE-3 8% ahead: a lead the model did not really give must not need the full margin to
-    overturn, while a lead it gave by more than the margin still does."""
+    """A model that puts ngram everywhere 1% ahead of EAGLE-3 everywhere has not ranked them: a trial
+    that puts EAGLE-3 5% ahead overturns that lead, while a lead the model gave by more than the
+    margin still needs the margin."""
     near = _composition(9.9, (NGRAM, 8, KINDS))  # the model: 1% below EAGLE-3
     recommendation = _recommendation(ALL_EAGLE, near)
     trialled = {ALL_EAGLE: 8.0, near: 8.0 * 1.05}

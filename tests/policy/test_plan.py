@@ -55,6 +55,17 @@ def test_a_gpu_batches_more_and_its_tail_grows_with_the_rate_until_it_cannot_hol
     assert not plans.gpu_load(kinds(), PLAIN, CAL, 1000.0, TARGETS).feasible
 
 
+def test_a_kind_keeps_its_rare_long_prompts_as_often_as_they_came() -> None:
+    """The targets' 1% tail is set by the rare long prompts: a kind keeps every request it saw, up to a
+    cap that bounds the plan's time, so their share is what the traffic held."""
+    rows = [{"kind": "tool", "output_tokens": 30.0, "prefill_tokens": 6000.0 if i % 40 == 7 else 300.0,
+             "w_s": 1.0, "w_r": 0.0, "temperature": 0.0} for i in range(600)]
+    (kind,) = plans.kinds_from(rows)
+    assert len(kind.requests) == 600 and sum(p > 1000 for _, p in kind.requests) == 15
+    (capped,) = plans.kinds_from(rows * 5)
+    assert len(capped.requests) == 1024 and 20 <= sum(p > 1000 for _, p in capped.requests) <= 30
+
+
 def test_a_pool_of_more_gpus_takes_more_per_gpu_because_arrivals_pass_over_a_busy_one() -> None:
     # a request's own GPU is chosen less often the more others there are, and more often as loads grow
     assert model._joins(1, 5.0) == 1.0

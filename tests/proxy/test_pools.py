@@ -30,9 +30,14 @@ def test_the_least_loaded_replica_with_kv_room_serves() -> None:
 
 
 def test_the_replica_holding_the_prefix_serves_unless_it_has_no_room() -> None:
+    """A short queue for the prefill budget is cheaper to wait out than the prefix computed again
+    elsewhere; a full batch or a full KV cache is not."""
     pool = pool_with(a={"running": 1}, b={"running": 4, "kv_usage": 0.9})
     assert pool.pick_replica("http://b:8000", kv_cache_full=0.95).url == "http://b:8000"
-    for no_room in ({"waiting": 2}, {"kv_usage": 0.96}, {"inflight": 8}):
+    queueing = pool_with(a={"running": 1}, b={"running": 4, "waiting": 2})
+    assert queueing.pick_replica("http://b:8000", kv_cache_full=0.95).url == "http://b:8000"
+    assert queueing.pick_replica(kv_cache_full=0.95).url != "http://b:8000"  # a new conversation goes by load
+    for no_room in ({"kv_usage": 0.96}, {"inflight": 8}):
         busy = pool_with(a={"running": 1}, b={"running": 4, **no_room})
         assert busy.pick_replica("http://b:8000", kv_cache_full=0.95).url != "http://b:8000", no_room
 
