@@ -24,9 +24,10 @@ against 3.81 and 3.35); a tie broken the other way by a rounding must not
 need 10% more to be undone. A split, which puts some kinds of request on a
 few GPUs and so hangs more on those few requests, must do more: the model
 must put it above its best single fleet, and the trial must find it ahead
-of the best single fleet by more than ``MARGIN``. Where the two disagree the single fleet stands: at 4
-GPUs, two seeds' trials found a split 22% and 47% ahead that the model ranked
-below EAGLE-3 everywhere, and the verdict measured it 5% and 28% behind.
+of the best single fleet by more than ``MARGIN``. Where the two disagree the
+single fleet stands: at 4 GPUs, two seeds' trials found a split 22% and 47%
+ahead that the model ranked below EAGLE-3 everywhere, and the verdict
+measured it 5% and 28% behind.
 
 A fleet that displaces the model's best single fleet has won one noisy
 comparison, so it must win it again on ``CONFIRM_SHARE`` times the requests,
