@@ -26,8 +26,8 @@ LONGEST_WINDOW_SECONDS = 150.0  # at light load a window holds fewer requests: n
 # a long answer's output tokens (about the built-in mix's 90th percentile): how long the runs' margins are
 STEADY_TOKENS = 400
 MARGIN_LIMIT_SECONDS = 150.0
-# attainment below which the heavier rates of a search's grid are not run: a rate at twice the load does not
-# climb back from it to ``ATTAINMENT``, and runs far past saturation cost the most (their batches are the largest)
+# attainment below which the heavier rates of a search's grid are not run: a heavier load does not climb back
+# from it to ``ATTAINMENT``, and runs far past saturation cost the most (their batches are the largest)
 FAR_PAST = 0.9
 DRAIN_LIMIT_SECONDS = 120.0  # a fleet far past saturation is cut off; what it has not answered missed the targets
 
