@@ -86,6 +86,7 @@ def published_rows() -> list[Row]:
     l20 = one_at_a_time(l20_8b, LLAMA_8B_EAGLE3, "100-200", "300-500")
     rows.append(Row("vLLM PR 25872 (the emulator's prose acceptance, not MT-bench's)", "mean TPOT, ms",
                     9.57, l20["tpot_ms"]["mean"], "ms"))
+    rows.extend(depth_sweep_rows(h100_8b))
     # GPUStack performance lab, Qwen3-8B latency on H100: vLLM 0.11.0, Qwen3-8B in BF16 on one H100 SXM,
     # ShareGPT, 100 prompts at concurrency 4: mean TPOT 7.38 ms, median TTFT 60.26 ms; mean latency a
     # request at concurrency 1, 2, 4 and 8: 1.66, 1.68, 1.68 and 1.78 s
@@ -105,6 +106,26 @@ def published_rows() -> list[Row]:
     served = run_rate(burst, 1000.0, 0)
     rows.append(Row("vLLM PR 18566: ShareGPT, 1,000 at once, Llama 3.1 8B (H100 assumed)", "output tokens/s",
                     6582.87, served["output_tokens_per_s"], "tok/s"))
+    return rows
+
+
+# vLLM issue 20780 (July 2025, vLLM 0.9): Llama-3.1-8B-Instruct with yuhuili/EAGLE3-LLaMA3.1-Instruct-8B,
+# MT-bench, batch 1 (the GPU is not stated; the author's earlier figures on the same benchmark, in vLLM
+# PR 16937, were on an H100): TPOT 7.07 ms without speculation; by depth K, TPOT and acceptance length
+EAGLE3_DEPTH_SWEEP = {2: (4.32, 2.36), 3: (4.09, 2.79), 4: (4.05, 3.08), 7: (4.29, 3.54)}
+
+
+def depth_sweep_rows(profile: EngineProfile, context: int = 300) -> list[Row]:
+    """A batch-1 EAGLE-3 round (TPOT times acceptance length) by depth, and a plain step: what each
+    further draft position costs."""
+    plain = Physics(profile, None).step_time([Work(context, 1)]).seconds * 1e3
+    rows = [Row("vLLM issue 20780: Llama 3.1 8B, batch 1, vLLM 0.9 (H100 assumed)", "plain step (TPOT), ms",
+                7.07, plain, "ms")]
+    eagle = Physics(profile, "eagle3")
+    for k, (tpot, length) in EAGLE3_DEPTH_SWEEP.items():
+        round_ms = eagle.step_time([Work(context, 1 + k, k)]).seconds * 1e3
+        rows.append(Row("the same, EAGLE-3 (TPOT x acceptance length)", f"K={k} round, ms", tpot * length,
+                        round_ms, "ms"))
     return rows
 
 

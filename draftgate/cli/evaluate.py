@@ -21,8 +21,9 @@ REQUESTS_PER_REPLICA = 75  # measured per run by default, for each replica of th
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, default=5, help="emulated hardware and traffic draws (default 5)")
     parser.add_argument("--gpus", help="fleet sizes, comma-separated (default 2,4,8; with --grid 1,4,16)")
-    parser.add_argument("--rates", default=None, help="arrival rates per GPU, requests a second, comma-separated "
-                                                      "(default 0.5,1,2,4,8: light to past saturation)")
+    parser.add_argument("--rates", default=None, help="arrival rates per GPU, requests a second, comma-separated: "
+                        "exactly these (default 0.5,1,2,4,8, light to past saturation, then 16 and 32 for a fleet "
+                        "still within the targets at 8)")
     parser.add_argument("--ttft-target-ms", type=float, help="p99 time to first token (default 2000)")
     parser.add_argument("--tpot-target-ms", type=float, help="p99 time per output token (default 50)")
     parser.add_argument("--requests", type=int, help="requests measured per run (default 600, or more for a large "
@@ -110,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _simulated(args: argparse.Namespace, gpus: list[int], rates: list[float] | None, targets: Targets,
                weights: dict[str, float] | None) -> int:
-    from draftgate.evaluate.bench import RATES_PER_GPU, Options, main, meetable
+    from draftgate.evaluate.bench import BEYOND_GRID, RATES_PER_GPU, Options, main, meetable
 
     hardware, tp = _hardware(args)
     if any(n % tp for n in gpus):
@@ -120,7 +121,8 @@ def _simulated(args: argparse.Namespace, gpus: list[int], rates: list[float] | N
     # the verdict runs in replicas; its summary is put back in GPUs (verdict.in_gpus)
     options = Options(seeds=args.seeds, gpus=tuple(n // tp for n in gpus),
                       rates=tuple(r * tp for r in rates or RATES_PER_GPU), targets=targets, requests=args.requests,
-                      burst=args.burst, workers=args.workers, out=Path(args.out), as_json=args.json,
+                      beyond=0 if rates else BEYOND_GRID, burst=args.burst, workers=args.workers,
+                      out=Path(args.out), as_json=args.json,
                       hardware=hardware, tensor_parallel_size=tp,
                       mix=tuple(weights.items()) if weights else (), traffic=args.traffic or "")
     if args.grid:

@@ -30,7 +30,7 @@ def run_demo(seed: int = 1, out_dir: Path = Path("demo-output"), keep_running: b
              workers: int = 0) -> dict[str, Any]:
     """Run the short verdict and print it; returns the summary (``evaluate --json``'s object)."""
     options = bench.Options(seeds=1, first_seed=seed, gpus=GPUS, rates=RATES, requests=REQUESTS, burst=BURST,
-                            bisections=1, workers=workers, out=out_dir)
+                            bisections=1, beyond=0, workers=workers, out=out_dir)
     say("draftgate demo")
     say("  The fleets are EMULATED H200s serving Qwen3-32B, in virtual time (no GPU): the figures show the\n"
         "  mechanism and its trade-offs, not your hardware. `draftgate evaluate --spec-on URL --spec-off URL`\n"

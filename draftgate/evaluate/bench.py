@@ -36,6 +36,7 @@ from draftgate.evaluate import trial, verdict
 from draftgate.evaluate.calibration import calibrate
 from draftgate.evaluate.capacity import (
     ATTAINMENT,
+    BEYOND_GRID,
     DRAIN_LIMIT_SECONDS,
     LONGEST_WINDOW_SECONDS,
     Capacity,
@@ -89,6 +90,7 @@ class Options:
     targets: Targets = Targets()
     requests: int = 600  # measured per run (fewer at light load: LONGEST_WINDOW_SECONDS)
     bisections: int = 2
+    beyond: int = BEYOND_GRID  # doublings past the heaviest rate while a fleet still meets the targets there
     burst: int = 64  # requests per GPU, all at once; 0 leaves the burst out
     workers: int = 0  # 0: one per core
     out: Path = Path("evaluate-output")
@@ -220,7 +222,7 @@ def run_unit(unit: Unit, options: Options) -> UnitResult:
         return point(run, rate, options.targets)
 
     grid = sorted({*options.rates, options.per_replica(REFERENCE_RATE_PER_GPU)})
-    result.capacity = search(measure, grid, options.bisections)
+    result.capacity = search(measure, grid, options.bisections, beyond=options.beyond)
     if options.burst:
         result.burst = _burst(unit, options)
     return result

@@ -6,9 +6,10 @@ Poisson arrivals of the mix, a warm-up as long as a long answer takes at the
 targets, a measurement window sized to hold ``requests`` arrivals, as long a
 cool-down, then the drain (``traffic.Schedule``).
 Every strategy of a seed replays the same arrivals at a rate. The search
-measures a grid of rates first (the figures every strategy reports), then
-halves the bracket where attainment crosses the threshold, and interpolates
-within the last bracket.
+measures a grid of rates first (the figures every strategy reports), then,
+for a fleet still within the targets at the grid's heaviest rate, that rate
+doubled (``BEYOND_GRID`` times at most), then halves the bracket where
+attainment crosses the threshold, and interpolates within the last bracket.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ MARGIN_LIMIT_SECONDS = 150.0
 # attainment below which the heavier rates of a search's grid are not run: a heavier load does not climb back
 # from it to ``ATTAINMENT``, and runs far past saturation cost the most (their batches are the largest)
 FAR_PAST = 0.9
+# doublings of the heaviest rate a search tries while a fleet still meets the targets there
+BEYOND_GRID = 2
 DRAIN_LIMIT_SECONDS = 120.0  # a fleet far past saturation is cut off; what it has not answered missed the targets
 
 
@@ -124,10 +127,13 @@ class Capacity:
 
 
 def search(measure: Callable[[float], Point], grid: list[float], steps: int = 3,
-           threshold: float = ATTAINMENT) -> Capacity:
+           threshold: float = ATTAINMENT, beyond: int = 0) -> Capacity:
     """The highest rate whose attainment reaches ``threshold``: ``measure`` at every rate of ``grid``
-    (ascending), then ``steps`` halvings of the bracket where attainment falls below it, then linear
-    interpolation within the last bracket.
+    (ascending), then at up to ``beyond`` doublings of its heaviest rate while that still reaches it,
+    then ``steps`` halvings of the bracket where attainment falls below it, then linear interpolation
+    within the last bracket. A fleet that meets the targets at every rate tried gets the heaviest as a
+    floor (``bounded`` False); the doublings make that rarer, where a capacity is a figure worth having
+    (relaxed targets, light traffic), at the cost of a run or two at loads no other fleet reaches.
 
     A rate of the grid heavier than one whose attainment fell below ``FAR_PAST`` is not run
     (``not_run``): past saturation every fleet misses, and its runs cost the most.
@@ -142,6 +148,11 @@ def search(measure: Callable[[float], Point], grid: list[float], steps: int = 3,
             points[rate] = not_run(rate * points[last].rps / last)  # in the units ``measure`` reports rates in
         else:
             points[rate] = measure(rate)
+    for _ in range(beyond):
+        if _bracket(points, threshold)[1] is not None:
+            break
+        heavier = 2 * max(points)
+        points[heavier] = measure(heavier)
     low, high = _bracket(points, threshold)
     if high is None:
         return Capacity(max(points), tuple(points[r] for r in sorted(points)), False)

@@ -118,8 +118,9 @@ def test_the_trial_finds_a_capacity_far_from_the_models(truth: float) -> None:
 def test_a_grid_row_sets_the_gate_beside_the_best_homogeneous_fleet_seed_by_seed() -> None:
     from draftgate.evaluate import grid
 
-    def entry(by_seed: list[float]) -> dict[str, Any]:
-        return {"capacity_rps_per_gpu": {"mean": sum(by_seed) / len(by_seed), "by_seed": by_seed}}
+    def entry(by_seed: list[float], bounded: bool = True) -> dict[str, Any]:
+        return {"capacity_rps_per_gpu": {"mean": sum(by_seed) / len(by_seed), "by_seed": by_seed},
+                "capacity_bounded": bounded}
 
     strategies = {"always off": entry([3.0, 2.0]), "always EAGLE-3 K=3": entry([2.8, 2.6]),
                   "gate": {**entry([3.0, 2.2]), "plan": "all plain",
@@ -138,6 +139,9 @@ def test_a_grid_row_sets_the_gate_beside_the_best_homogeneous_fleet_seed_by_seed
     split = {**strategies["gate"], "plans_by_seed": {"2": "all eagle3-k3", "1": "all plain"}}
     row = grid.row("relaxed", "chat-heavy", 4, {**strategies, "gate": split})
     assert row["gate_fleet"] == "seed 1: all plain; seed 2: all eagle3-k3"
+    # a fleet within the targets at every rate tried has a floor for a capacity, and the table says so
+    floor = grid.row("relaxed", "chat-heavy", 4, {**strategies, "always EAGLE-3 K=3": entry([2.8, 2.6], False)})
+    assert "| always EAGLE-3 K=3 | 2.70+ | 2.60 |" in grid.table([floor])
 
 
 def test_the_capacity_table_of_real_pools_names_the_gates_fleet_without_a_plan_to_set_beside_it() -> None:

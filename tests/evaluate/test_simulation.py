@@ -109,6 +109,21 @@ def test_capacity_is_found_where_attainment_crosses_the_threshold() -> None:
     assert search(lambda r: _point(r, 0.5), [1.0, 2.0]).rate == 0.0
 
 
+def test_a_fleet_within_the_targets_at_the_heaviest_rate_is_searched_past_it() -> None:
+    measured: list[float] = []
+
+    def measure(rate: float) -> Point:
+        measured.append(rate)
+        return _point(rate, 1.0 - 0.01 * rate / 11.0)  # 99% at exactly 11
+
+    capacity = search(measure, [2.0, 4.0, 8.0], steps=3, beyond=2)
+    assert capacity.bounded and capacity.rate == pytest.approx(11.0, abs=0.1)
+    assert measured[:4] == [2.0, 4.0, 8.0, 16.0] and len(measured) == 7  # one doubling brackets it
+    unreachable = search(lambda r: _point(r, 1.0), [2.0, 4.0, 8.0], beyond=2)
+    assert not unreachable.bounded and unreachable.rate == 32.0
+    assert [p.rps for p in search(measure, [2.0, 4.0], steps=0, beyond=0).points] == [2.0, 4.0]
+
+
 def _served(tokens: int, ttft: float, tpot: float, finished: bool = True) -> Served:
     return Served("k", "w", 0.0, True, tokens=tokens, first_token=ttft, last_token=ttft + tpot * (tokens - 1),
                   finished=finished)
