@@ -216,9 +216,9 @@ class Pool:
         A replica with requests waiting for its prefill budget keeps the prefix's requests: with room
         in its batch vLLM's queue is a step or two of prefill (one to three requests at capacity on
         agent traffic), and a long prefix computed again elsewhere costs more than that. Moving agent
-        turns off such replicas lost a quarter of their cached prefixes on 8 emulated GPUs without
-        speculation and made the fleet miss the TPOT target for one output token in ten at 3.5
-        requests a second a GPU, where holding them missed for one in a hundred.
+        turns off such replicas loses a quarter of their cached prefixes on 8 emulated GPUs without
+        speculation, and the fleet then misses the TPOT target for one output token in ten at 3.5
+        requests a second a GPU, where holding them it misses for one in a hundred.
 
         ``pinned``: ``prefer`` holds state no other replica has (a stored
         response), so it is the one whatever its load or health says.
