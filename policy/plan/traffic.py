@@ -18,9 +18,8 @@ def kinds_from(rows: Sequence[Mapping[str, float | str]], samples: int = 1024) -
     The targets are held at a 1% tail, which the rare long prompts set, so a kind keeps all it can: a
     sample of 64 of 210 agent requests holds 22% prompts of over 3,500 uncached tokens where all 210
     hold 17%, and puts every pool's capacity at 2.55 requests a second where all of them put it at
-    3.38. The cap
-    bounds the plan's time on a full window (5,000 rows: 3 s for 8 GPUs, 16 s for 32, off the event
-    loop)."""
+    3.38. The cap bounds the plan's time on a full window (5,000 rows: 3 s for 8 GPUs, 16 s for 32,
+    off the event loop)."""
     by_kind: dict[str, list[Mapping[str, float | str]]] = {}
     for row in rows:
         by_kind.setdefault(str(row["kind"]), []).append(row)
